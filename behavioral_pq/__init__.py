@@ -1,0 +1,72 @@
+"""behavioral_pq: behavioral embeddings of LLVM IR modules for ML-driven compiler optimization.
+
+A module is probed with P pass sequences; how its 56 Autophase features react gives a P x 56 spectrum, which a
+product quantizer and PQ-BERT turn into an embedding (Pan et al., "Behavioral Embeddings of Programs").
+
+Example::
+
+    >>> import behavioral_pq as bpq
+    >>> m = bpq.load_module("tests/data/programs/sum_array.c")
+    >>> int(bpq.autophase(m)[bpq.AUTOPHASE_FEATURES.index("TotalFuncs")])
+    2
+    >>> bpq.optimize(m, "Oz").instruction_count < m.instruction_count
+    True
+    >>> bpq.spectrum(m).shape
+    (100, 56)
+
+Names load lazily: ``import behavioral_pq`` does not import the native core, torch or faiss.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Module": "behavioral_pq.module",
+    "load_module": "behavioral_pq.module",
+    "autophase": "behavioral_pq.features",
+    "instcount": "behavioral_pq.features",
+    "AUTOPHASE_FEATURES": "behavioral_pq.features",
+    "INSTCOUNT_FEATURES": "behavioral_pq.features",
+    "optimize": "behavioral_pq.passes",
+    "PASSES": "behavioral_pq.catalog",
+    "spectrum": "behavioral_pq.spectrum",
+    "spectra": "behavioral_pq.spectrum",
+    "log_relative": "behavioral_pq.spectrum",
+    "ProbeSet": "behavioral_pq.probes",
+    "load_probes": "behavioral_pq.probes",
+    "Engine": "behavioral_pq.engine",
+    "BPQError": "behavioral_pq.errors",
+    "InvalidIRError": "behavioral_pq.errors",
+    "UnknownPassError": "behavioral_pq.errors",
+    "PassCrashError": "behavioral_pq.errors",
+    "PassTimeoutError": "behavioral_pq.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from behavioral_pq.catalog import PASSES
+    from behavioral_pq.engine import Engine
+    from behavioral_pq.errors import BPQError, InvalidIRError, PassCrashError, PassTimeoutError, UnknownPassError
+    from behavioral_pq.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
+    from behavioral_pq.module import Module, load_module
+    from behavioral_pq.passes import optimize
+    from behavioral_pq.probes import ProbeSet, load_probes
+    from behavioral_pq.spectrum import log_relative, spectra, spectrum
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'behavioral_pq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,257 @@
+"""The ``bpq`` command. Human-readable output by default, ``--json`` for machines; bad input gives a one-line
+error and a non-zero exit, never a traceback (set BPQ_DEBUG=1 to see one)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+
+EXIT_ERROR = 2
+
+EPILOG = """\
+passes: catalog flags ("--passes='-sroa -gvn'" or "--passes=-sroa,-gvn"), catalog indices ("--passes 1,57"),
+Oz / O3, or a raw LLVM new-PM pipeline ("--passes 'function(sroa),gvn'").
+Environment: BPQ_WORKERS (worker processes), BPQ_TIMEOUT (seconds per pipeline run), BPQ_DEBUG=1 (tracebacks).
+"""
+
+
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=1))
+
+
+def _parse_passes(text: str):
+    from behavioral_pq.catalog import resolve_pipeline
+
+    parts = [p for p in text.replace(",", " ").split()]
+    if parts and all(p.isdigit() for p in parts):
+        return resolve_pipeline([int(p) for p in parts])
+    return resolve_pipeline(text)
+
+
+# -- commands ----------------------------------------------------------------------------------------------------
+
+def cmd_passes(args) -> int:
+    from behavioral_pq.catalog import CATALOG_VERSION, PASSES
+
+    if args.json:
+        _print_json({"catalog": CATALOG_VERSION, "passes": [
+            {"index": p.index, "flag": p.flag, "level": p.level, "pipeline": p.pipeline, "kind": p.kind}
+            for p in PASSES]})
+        return 0
+    print(f"{len(PASSES)} passes (catalog {CATALOG_VERSION}); index, CompilerGym flag, LLVM 19 pipeline element")
+    for p in PASSES:
+        mark = "" if p.kind == "same" else f"  [{p.kind}]"
+        print(f"{p.index:4d}  {p.flag:36s} {p.pipeline}{mark}")
+    return 0
+
+
+def cmd_features(args) -> int:
+    from behavioral_pq.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
+    from behavioral_pq.module import load_module
+
+    module = load_module(args.file)
+    names, values = (INSTCOUNT_FEATURES, instcount(module)) if args.instcount else \
+        (AUTOPHASE_FEATURES, autophase(module))
+    if args.json:
+        _print_json({"module": module.name, "sha256": module.sha256,
+                     "kind": "instcount" if args.instcount else "autophase",
+                     "features": dict(zip(names, values.tolist()))})
+        return 0
+    print(f"{module.name}: {module.instruction_count} instructions, "
+          f"{'InstCount' if args.instcount else 'Autophase'} ({len(names)} features)")
+    width = max(len(n) for n in names)
+    rows = [f"{n:>{width}} {v:8d}" for n, v in zip(names, values.tolist())]
+    for i in range(0, len(rows), 3):
+        print("   ".join(rows[i:i + 3]))
+    return 0
+
+
+def cmd_spectrum(args) -> int:
+    from behavioral_pq.features import AUTOPHASE_FEATURES
+    from behavioral_pq.module import load_module
+    from behavioral_pq.probes import load_probes
+    from behavioral_pq.spectrum import spectra
+
+    probes = load_probes(args.probes)
+    module = load_module(args.file)
+    batch = spectra([module], probes, progress=sys.stderr.isatty())
+    batch.raise_first()
+    values = batch.spectra[0]
+    if args.output:
+        np.save(args.output, values)
+    if args.plot:
+        plot_spectrum(values, args.plot, title=f"{module.name}: spectrum over {probes.name}")
+    if args.json:
+        _print_json({"module": module.name, "probe_set": probes.name, "probe_set_hash": probes.hash,
+                     "shape": list(values.shape), "features": list(AUTOPHASE_FEATURES),
+                     "spectrum": values.round(6).tolist()})
+        return 0
+    total = AUTOPHASE_FEATURES.index("TotalInsts")
+    ic0 = int(batch.autophase[0, 0, total])
+    after = batch.autophase[0, 1:, total]
+    print(f"{module.name}: spectrum {values.shape[0]} probes x {values.shape[1]} features "
+          f"(probe set {probes.name}, {probes.hash[:12]})")
+    print(f"instructions: {ic0} as given; after probes min {after.min()}, median {int(np.median(after))}, "
+          f"max {after.max()}")
+    reactive = np.argsort(-np.abs(values).mean(axis=0))[:8]
+    print("most reactive features (mean |d|): " +
+          ", ".join(f"{AUTOPHASE_FEATURES[j]} {np.abs(values[:, j]).mean():.2f}" for j in reactive))
+    if args.output:
+        print(f"wrote {args.output}")
+    if args.plot:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_optimize(args) -> int:
+    from behavioral_pq.module import load_module
+    from behavioral_pq.passes import optimize
+
+    if not args.passes:
+        raise ValueError("give --passes (see bpq optimize --help)")
+    pipeline = _parse_passes(args.passes)
+    module = load_module(args.file)
+    result = optimize(module, pipeline)
+    if args.output:
+        result.save(args.output)
+    before, after = module.instruction_count, result.instruction_count
+    if args.json:
+        _print_json({"module": module.name, "pipeline": pipeline, "instructions_before": before,
+                     "instructions_after": after, "output": str(args.output) if args.output else None})
+        return 0
+    change = 100.0 * (after - before) / before if before else 0.0
+    print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%)")
+    if args.output:
+        print(f"wrote {args.output}")
+    else:
+        print("(no -o given: nothing written)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from importlib import resources
+
+    from behavioral_pq.features import AUTOPHASE_FEATURES, autophase
+    from behavioral_pq.module import load_module
+    from behavioral_pq.passes import optimize
+    from behavioral_pq.probes import load_probes
+    from behavioral_pq.spectrum import spectra
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    examples = resources.files("behavioral_pq").joinpath("data/examples")
+    sources = sorted(p for p in examples.iterdir() if p.name.endswith(".c"))
+    probes = load_probes()
+    print(f"behavioral_pq demo: {len(sources)} example programs, probe set {probes.name} "
+          f"(P={probes.num_probes}, L={probes.length})")
+    modules = [load_module(Path(str(s))) for s in sources]
+    batch = spectra(modules, probes, progress=sys.stderr.isatty())
+    batch.raise_first()
+    total = AUTOPHASE_FEATURES.index("TotalInsts")
+    for i, module in enumerate(modules):
+        oz = optimize(module, "Oz").instruction_count
+        best = int(batch.autophase[i, 1:, total].min())
+        print(f"  {module.name:18s} {module.instruction_count:5d} instructions; -Oz {oz:5d}; "
+              f"best probe {best:5d}; {int((autophase(module) > 0).sum())} non-zero features")
+        plot_spectrum(batch.spectra[i], out / f"{Path(module.name).stem}_spectrum.png",
+                      title=f"{module.name}: spectrum")
+    np.save(out / "spectra.npy", batch.spectra)
+    print(f"wrote {out}/spectra.npy {batch.spectra.shape} and one spectrum heatmap per program in {out}/")
+    return 0
+
+
+# -- plotting ----------------------------------------------------------------------------------------------------
+
+def plot_spectrum(values: np.ndarray, path, title: str = "") -> Path:
+    """Heatmap of a (P, 56) spectrum: probes down, Autophase features across, diverging around 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from behavioral_pq.features import AUTOPHASE_FEATURES
+
+    limit = float(np.nanmax(np.abs(values))) or 1.0
+    fig, ax = plt.subplots(figsize=(14, 2.5 + values.shape[0] * 0.06))
+    image = ax.imshow(values, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
+    ax.set_xticks(range(len(AUTOPHASE_FEATURES)))
+    ax.set_xticklabels(AUTOPHASE_FEATURES, rotation=90, fontsize=7)
+    ax.set_ylabel("probe")
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01, label="log1p(h_opt) - log1p(h_orig)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+# -- entry point -------------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from behavioral_pq import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="bpq", description="Behavioral embeddings of LLVM IR modules (LLVM 19). FILE is .ll, .bc, .c or .cpp.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"behavioral_pq {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("passes", help="list the 124-pass catalog")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_passes)
+
+    p = sub.add_parser("features", help="Autophase (or InstCount) features of a module")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--instcount", action="store_true", help="per-opcode InstCount instead of Autophase")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_features)
+
+    p = sub.add_parser("spectrum", help="the P x 56 behavioral spectrum of a module")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
+    p.add_argument("--json", action="store_true", help="print the spectrum as JSON")
+    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (P, 56) with numpy")
+    p.add_argument("--plot", metavar="PNG", help="save a heatmap of probes x features")
+    p.set_defaults(func=cmd_spectrum)
+
+    p = sub.add_parser("optimize", help="apply passes to a module", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--passes", metavar="PASSES", help="what to run (see below)")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
+    p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("bpq: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, RuntimeError, TimeoutError) as exc:  # BPQError subclasses these
+        if os.environ.get("BPQ_DEBUG"):
+            raise
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in message:
+            message = f"{exc.filename}: {message}"
+        print(f"bpq: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Typed errors. Each subclasses a built-in so callers can catch broadly (``ValueError``) or precisely."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class BPQError(Exception):
+    """Base class of every error raised by behavioral_pq."""
+
+
+class InvalidIRError(BPQError, ValueError):
+    """The input is not a valid LLVM module (parse or verifier failure, unreadable bitcode)."""
+
+
+class UnknownPassError(BPQError, ValueError):
+    """A pass flag or index that is not in the catalog."""
+
+
+class PipelineError(BPQError, ValueError):
+    """A raw new-pass-manager pipeline string that LLVM cannot parse."""
+
+
+class ProbeSetError(BPQError, ValueError):
+    """A probe-set file that is missing, malformed or made for another LLVM version."""
+
+
+class ToolError(BPQError, RuntimeError):
+    """An external tool (clang, llvm-link, ...) failed; the message carries its stderr."""
+
+
+class CompileError(ToolError):
+    """A C/C++ source did not compile to LLVM IR."""
+
+
+class ToolNotFoundError(BPQError, FileNotFoundError):
+    """An external tool is not installed."""
+
+
+class ToolTimeoutError(BPQError, TimeoutError):
+    """An external tool ran past its timeout and was killed."""
+
+
+class EngineError(BPQError, RuntimeError):
+    """Pass execution failed for one module (base of the crash and timeout errors)."""
+
+    def __init__(self, message: str, *, module: Optional[str] = None, pipeline: Optional[str] = None,
+                 pipeline_index: Optional[int] = None, detail: str = ""):
+        super().__init__(message)
+        self.module = module
+        self.pipeline = pipeline
+        self.pipeline_index = pipeline_index
+        self.detail = detail
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), str(self), self.module, self.pipeline, self.pipeline_index, self.detail))
+
+
+def _rebuild(cls, message, module, pipeline, pipeline_index, detail):
+    return cls(message, module=module, pipeline=pipeline, pipeline_index=pipeline_index, detail=detail)
+
+
+class PassCrashError(EngineError):
+    """LLVM aborted (report_fatal_error, a signal) while running a pipeline on a module."""
+
+
+class PassTimeoutError(EngineError, TimeoutError):
+    """A pipeline ran past the per-module timeout on a module; the worker running it was killed."""

@@ -1,0 +1,120 @@
+// The Python face of the native core: behavioral_pq._native. Heavy calls release the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "engine.h"
+#include "features.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+
+namespace py = pybind11;
+using namespace bpq;
+
+namespace {
+
+std::string bytesOf(const py::bytes &b) { return std::string(b); }
+
+py::array_t<int64_t> toArray(const std::vector<int64_t> &v) {
+  py::array_t<int64_t> out(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
+
+// A writable buffer of at least 3 int64 per thread slot (e.g. a SharedMemory's buf), or None.
+Progress progressOf(const py::object &buffer) {
+  Progress p;
+  if (buffer.is_none()) return p;
+  py::buffer_info info = py::buffer(buffer).request(/*writable=*/true);
+  const py::ssize_t bytes = info.size * info.itemsize;
+  if (bytes < 24) throw py::value_error("progress buffer needs at least 24 bytes");
+  p.slots = static_cast<int64_t *>(info.ptr);
+  p.capacity = static_cast<int>(bytes / 24);
+  return p;
+}
+
+template <typename F>
+auto withModule(const std::string &bitcode, F f) {
+  llvm::LLVMContext ctx;
+  std::unique_ptr<llvm::Module> M = parseBitcode(bitcode, ctx);
+  return f(*M);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "behavioral_pq native core (LLVM " LLVM_VERSION_STRING ")";
+  py::register_exception<InputError>(m, "InputError", PyExc_ValueError);
+
+  m.attr("LLVM_VERSION") = LLVM_VERSION_STRING;
+  m.attr("LLVM_VERSION_MAJOR") = LLVM_VERSION_MAJOR;
+  m.def("autophase_names", &autophaseNames);
+  m.def("instcount_names", &instcountNames);
+
+  m.def("prepare", [](const py::bytes &data, const std::string &name) {
+    std::string in = bytesOf(data), out;
+    {
+      py::gil_scoped_release release;
+      out = prepare(in, name);
+    }
+    return py::bytes(out);
+  }, py::arg("data"), py::arg("name"), "Parse .ll text or bitcode, verify, strip debug info and named metadata.");
+
+  m.def("to_text", [](const py::bytes &bitcode) { return bitcodeToText(bytesOf(bitcode)); });
+
+  m.def("autophase", [](const py::bytes &bitcode) {
+    const AutophaseVector v = withModule(bytesOf(bitcode), [](llvm::Module &M) { return autophase(M); });
+    return toArray(std::vector<int64_t>(v.begin(), v.end()));
+  }, "int64 (56,)");
+
+  m.def("instcount", [](const py::bytes &bitcode) {
+    return toArray(withModule(bytesOf(bitcode), [](llvm::Module &M) { return instcount(M); }));
+  }, "int64 (len(instcount_names()),)");
+
+  m.def("instruction_count", [](const py::bytes &bitcode) {
+    return withModule(bytesOf(bitcode), [](llvm::Module &M) { return M.getInstructionCount(); });
+  });
+
+  m.def("check_pipeline", [](const std::string &pipeline) {
+    py::gil_scoped_release release;
+    return checkPipeline(pipeline);
+  }, "Empty string if the new-PM pipeline parses, else the parser's message.");
+
+  m.def("run_pipeline", [](const py::bytes &bitcode, const std::string &pipeline, const py::object &progress) {
+    std::string in = bytesOf(bitcode), out;
+    Progress p = progressOf(progress);
+    {
+      py::gil_scoped_release release;
+      out = runPipeline(in, pipeline, p);
+    }
+    return py::bytes(out);
+  }, py::arg("bitcode"), py::arg("pipeline"), py::arg("progress") = py::none());
+
+  m.def("autophase_after", [](const std::vector<py::bytes> &bitcodes, const std::vector<std::string> &pipelines,
+                              int threads, const py::object &progress) {
+    std::vector<std::string> in;
+    in.reserve(bitcodes.size());
+    for (const py::bytes &b : bitcodes) in.push_back(bytesOf(b));
+    Progress p = progressOf(progress);
+    BatchResult result;
+    {
+      py::gil_scoped_release release;
+      result = autophaseAfter(in, pipelines, threads, p);
+    }
+    const auto n = static_cast<py::ssize_t>(in.size());
+    const auto rows = static_cast<py::ssize_t>(pipelines.size() + 1);
+    py::array_t<int64_t> features({n, rows, static_cast<py::ssize_t>(kNumAutophase)});
+    std::copy(result.features.begin(), result.features.end(), features.mutable_data());
+    py::list errors;
+    for (const std::string &e : result.errors) errors.append(e.empty() ? py::object(py::none()) : py::str(e));
+    return py::make_tuple(features, errors);
+  }, py::arg("bitcodes"), py::arg("pipelines"), py::arg("threads") = 1, py::arg("progress") = py::none(),
+     "Returns (int64 (N, P + 1, 56), list of N error messages or None). Row 0 is the module as given.");
+
+  m.def("time_pipelines", [](const py::bytes &bitcode, const std::vector<std::string> &pipelines) {
+    std::string in = bytesOf(bitcode);
+    py::gil_scoped_release release;
+    return timePipelines(in, pipelines);
+  }, "Benchmark floor: [seconds in passes, seconds parsing copies, seconds in features].");
+}

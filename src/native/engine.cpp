@@ -1,0 +1,268 @@
+#include "engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "llvm/Analysis/CGSCCPassManager.h"
+#include "llvm/Analysis/LoopAnalysisManager.h"
+#include "llvm/AsmParser/Parser.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
+#include "llvm/IR/DebugInfo.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/PassManager.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+namespace bpq {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parsing and serialization
+
+std::unique_ptr<Module> parseBitcode(std::string_view bitcode, LLVMContext &ctx) {
+  Expected<std::unique_ptr<Module>> M =
+      parseBitcodeFile(MemoryBufferRef(StringRef(bitcode.data(), bitcode.size()), "<bitcode>"), ctx);
+  if (!M) throw InputError("invalid bitcode: " + toString(M.takeError()));
+  return std::move(*M);
+}
+
+std::string writeBitcode(const Module &M) {
+  std::string out;
+  raw_string_ostream os(out);
+  WriteBitcodeToFile(M, os);
+  os.flush();
+  return out;
+}
+
+std::string prepare(std::string_view data, const std::string &name) {
+  LLVMContext ctx;
+  std::unique_ptr<Module> M;
+  const auto *begin = reinterpret_cast<const unsigned char *>(data.data());
+  if (isBitcode(begin, begin + data.size())) {
+    M = parseBitcode(data, ctx);
+  } else {
+    const std::string text(data);  // null-terminated copy for the lexer
+    SMDiagnostic diag;
+    M = parseAssembly(MemoryBufferRef(text, name), diag, ctx);
+    if (!M) {
+      std::string msg;
+      raw_string_ostream os(msg);
+      diag.print(nullptr, os, /*ShowColors=*/false);
+      throw InputError("invalid LLVM IR: " + StringRef(os.str()).trim().str());
+    }
+  }
+  std::string problems;
+  raw_string_ostream os(problems);
+  bool brokenDebugInfo = false;
+  if (verifyModule(*M, &os, &brokenDebugInfo))
+    throw InputError("invalid LLVM IR (verifier): " + StringRef(os.str()).trim().str());
+  StripDebugInfo(*M);
+  std::vector<NamedMDNode *> named;
+  for (NamedMDNode &node : M->named_metadata()) named.push_back(&node);
+  for (NamedMDNode *node : named) M->eraseNamedMetadata(node);
+  return writeBitcode(*M);
+}
+
+std::string bitcodeToText(std::string_view bitcode) {
+  LLVMContext ctx;
+  std::unique_ptr<Module> M = parseBitcode(bitcode, ctx);
+  std::string out;
+  raw_string_ostream os(out);
+  M->print(os, nullptr);
+  os.flush();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Progress slots
+
+void Progress::begin(int thread, int64_t module, int64_t pipeline) const {
+  if (!slots || thread >= capacity) return;
+  int64_t *slot = slots + 3 * thread;
+  __atomic_store_n(slot + 0, module, __ATOMIC_RELAXED);
+  __atomic_store_n(slot + 1, pipeline, __ATOMIC_RELAXED);
+  __atomic_fetch_add(slot + 2, 1, __ATOMIC_RELEASE);
+}
+
+void Progress::end(int thread) const {
+  if (!slots || thread >= capacity) return;
+  __atomic_store_n(slots + 3 * thread, int64_t(-1), __ATOMIC_RELEASE);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Runner: one LLVMContext, one PassBuilder and its analysis managers. Used by one thread at a time; runners
+// are pooled so analysis registration is paid once per thread slot.
+
+namespace {
+
+class Runner {
+ public:
+  Runner() : builder_(/*TM=*/nullptr) {
+    // Generic TTI; TargetLibraryInfo comes from each module's triple.
+    builder_.registerModuleAnalyses(mam_);
+    builder_.registerCGSCCAnalyses(cgam_);
+    builder_.registerFunctionAnalyses(fam_);
+    builder_.registerLoopAnalyses(lam_);
+    builder_.crossRegisterProxies(lam_, fam_, cgam_, mam_);
+    context_ = std::make_unique<LLVMContext>();
+  }
+
+  // A fresh pass manager per run: pass objects are not reusable across modules (running a cached
+  // default<Oz> twice crashes LLVM 19), and building one costs ~20 us against ~0.5 ms or more of passes.
+  std::unique_ptr<ModulePassManager> pipeline(const std::string &text) {
+    auto mpm = std::make_unique<ModulePassManager>();
+    if (Error err = builder_.parsePassPipeline(*mpm, text))
+      throw InputError("invalid pass pipeline '" + text + "': " + toString(std::move(err)));
+    return mpm;
+  }
+
+  // A module parsed into this runner's context. Contexts accumulate uniqued constants and types, so they are
+  // replaced now and then; callers never hold a module across calls.
+  std::unique_ptr<Module> parse(std::string_view bitcode) {
+    if (++parsed_ > kContextReuse) {
+      context_ = std::make_unique<LLVMContext>();
+      parsed_ = 1;
+    }
+    return parseBitcode(bitcode, *context_);
+  }
+
+  void run(Module &M, ModulePassManager &mpm) {
+    mpm.run(M, mam_);
+    // Results are keyed by IR addresses: drop them before the module goes away.
+    lam_.clear();
+    fam_.clear();
+    cgam_.clear();
+    mam_.clear();
+  }
+
+ private:
+  static constexpr int kContextReuse = 256;
+  PassBuilder builder_;
+  LoopAnalysisManager lam_;
+  FunctionAnalysisManager fam_;
+  CGSCCAnalysisManager cgam_;
+  ModuleAnalysisManager mam_;
+  std::unique_ptr<LLVMContext> context_;
+  int parsed_ = 0;
+};
+
+std::mutex poolMutex;
+std::vector<std::unique_ptr<Runner>> pool;
+
+std::unique_ptr<Runner> acquireRunner() {
+  std::lock_guard<std::mutex> lock(poolMutex);
+  if (pool.empty()) return std::make_unique<Runner>();
+  std::unique_ptr<Runner> runner = std::move(pool.back());
+  pool.pop_back();
+  return runner;
+}
+
+void releaseRunner(std::unique_ptr<Runner> runner) {
+  std::lock_guard<std::mutex> lock(poolMutex);
+  pool.push_back(std::move(runner));
+}
+
+// RAII lease of a pooled runner.
+struct Lease {
+  std::unique_ptr<Runner> runner = acquireRunner();
+  ~Lease() { releaseRunner(std::move(runner)); }
+  Runner *operator->() { return runner.get(); }
+};
+
+}  // namespace
+
+std::string checkPipeline(const std::string &pipeline) {
+  Lease lease;
+  try {
+    lease->pipeline(pipeline);
+  } catch (const InputError &e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress) {
+  Lease lease;
+  std::unique_ptr<ModulePassManager> mpm = lease->pipeline(pipeline);
+  std::unique_ptr<Module> M = lease->parse(bitcode);
+  progress.begin(0, 0, 0);
+  lease->run(*M, *mpm);
+  progress.end(0);
+  return writeBitcode(*M);
+}
+
+BatchResult autophaseAfter(const std::vector<std::string> &bitcodes, const std::vector<std::string> &pipelines,
+                           int threads, const Progress &progress) {
+  const int64_t numModules = static_cast<int64_t>(bitcodes.size());
+  const int64_t rows = static_cast<int64_t>(pipelines.size()) + 1;
+  BatchResult result;
+  result.features.assign(numModules * rows * kNumAutophase, 0);
+  result.errors.assign(numModules, "");
+
+  // Items are (module, row) pairs, handed out in order so that consecutive items share a module.
+  std::atomic<int64_t> next{0};
+  std::mutex errorMutex;
+  auto work = [&](int thread) {
+    Lease lease;
+    for (int64_t item; (item = next.fetch_add(1)) < numModules * rows;) {
+      const int64_t m = item / rows, row = item % rows;
+      {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (!result.errors[m].empty()) continue;
+      }
+      progress.begin(thread, m, row - 1);
+      try {
+        std::unique_ptr<Module> M = lease->parse(bitcodes[m]);
+        if (row > 0) lease->run(*M, *lease->pipeline(pipelines[row - 1]));
+        const AutophaseVector v = autophase(*M);
+        std::copy(v.begin(), v.end(), result.features.begin() + (m * rows + row) * kNumAutophase);
+      } catch (const std::exception &e) {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (result.errors[m].empty()) result.errors[m] = e.what();
+      }
+      progress.end(thread);
+    }
+  };
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(numModules * rows)));
+  if (threads == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+    for (std::thread &t : pool) t.join();
+  }
+  return result;
+}
+
+std::vector<double> timePipelines(const std::string &bitcode, const std::vector<std::string> &pipelines) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  Lease lease;
+  double passes = 0, parsing = 0, features = 0;
+  for (const std::string &p : pipelines) {
+    const auto t0 = Clock::now();
+    std::unique_ptr<Module> M = lease->parse(bitcode);
+    std::unique_ptr<ModulePassManager> mpm = lease->pipeline(p);
+    const auto t1 = Clock::now();
+    lease->run(*M, *mpm);
+    const auto t2 = Clock::now();
+    const AutophaseVector v = autophase(*M);
+    const auto t3 = Clock::now();
+    (void)v;
+    parsing += seconds(t1 - t0);
+    passes += seconds(t2 - t1);
+    features += seconds(t3 - t2);
+  }
+  return {passes, parsing, features};
+}
+
+}  // namespace bpq
