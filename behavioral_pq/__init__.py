@@ -33,9 +33,9 @@ _EXPORTS = {
     "INSTCOUNT_FEATURES": "behavioral_pq.features",
     "optimize": "behavioral_pq.passes",
     "PASSES": "behavioral_pq.catalog",
-    "spectrum": "behavioral_pq.spectrum",
-    "spectra": "behavioral_pq.spectrum",
-    "log_relative": "behavioral_pq.spectrum",
+    "spectrum": "behavioral_pq.reaction",
+    "spectra": "behavioral_pq.reaction",
+    "log_relative": "behavioral_pq.reaction",
     "ProbeSet": "behavioral_pq.probes",
     "load_probes": "behavioral_pq.probes",
     "Engine": "behavioral_pq.engine",
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from behavioral_pq.module import Module, load_module
     from behavioral_pq.passes import optimize
     from behavioral_pq.probes import ProbeSet, load_probes
-    from behavioral_pq.spectrum import log_relative, spectra, spectrum
+    from behavioral_pq.reaction import log_relative, spectra, spectrum
 
 
 def __getattr__(name: str):

@@ -76,7 +76,7 @@ def cmd_spectrum(args) -> int:
     from behavioral_pq.features import AUTOPHASE_FEATURES
     from behavioral_pq.module import load_module
     from behavioral_pq.probes import load_probes
-    from behavioral_pq.spectrum import spectra
+    from behavioral_pq.reaction import spectra
 
     probes = load_probes(args.probes)
     module = load_module(args.file)
@@ -141,7 +141,7 @@ def cmd_demo(args) -> int:
     from behavioral_pq.module import load_module
     from behavioral_pq.passes import optimize
     from behavioral_pq.probes import load_probes
-    from behavioral_pq.spectrum import spectra
+    from behavioral_pq.reaction import spectra
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

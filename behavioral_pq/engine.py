@@ -181,12 +181,14 @@ class _Worker:
 
     def close(self) -> None:
         try:
-            if self.proc.poll() is None:
-                self.proc.stdin.close()
-                try:
-                    self.proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    self.kill()
+            try:
+                self.proc.stdin.close()  # EOF: a live worker exits on its own
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.kill()
         finally:
             for f in (self.proc.stdout, self.stderr):
                 f.close()
@@ -298,9 +300,13 @@ class Engine:
 
         def on_failure(task: _Task, worker: _Worker, culprit: Optional[Tuple[int, int]], timed_out: bool
                        ) -> List[_Task]:
-            if culprit is None and len(task.modules) > 1:
-                return [self._after_task(bitcodes, pipelines, [m], task.first_pipeline, task.pipeline_count)
-                        for m in task.modules]
+            if culprit is None:  # several threads were busy: isolate module by module, then thread by thread
+                if len(task.modules) > 1:
+                    return [self._after_task(bitcodes, pipelines, [m], task.first_pipeline, task.pipeline_count)
+                            for m in task.modules]
+                if task.request[3] > 1:
+                    return [self._after_task(bitcodes, pipelines, task.modules, task.first_pipeline,
+                                             task.pipeline_count, threads=1)]
             local_module, local_pipeline = culprit if culprit is not None else (0, -1)
             m = task.modules[local_module]
             index = task.first_pipeline + local_pipeline if local_pipeline >= 0 else None
@@ -321,8 +327,9 @@ class Engine:
         return features, errors
 
     # -- internals -----------------------------------------------------------------------------------------
-    def _after_task(self, bitcodes, pipelines, modules, first, count) -> _Task:
-        request = ("after", [bitcodes[m] for m in modules], list(pipelines[first:first + count]), self.threads)
+    def _after_task(self, bitcodes, pipelines, modules, first, count, threads=None) -> _Task:
+        request = ("after", [bitcodes[m] for m in modules], list(pipelines[first:first + count]),
+                   threads or self.threads)
         return _Task(request, list(modules), first, count)
 
     def _plan(self, bitcodes: Sequence[bytes], pipelines: Sequence[str]) -> List[_Task]:

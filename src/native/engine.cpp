@@ -99,7 +99,7 @@ void Progress::end(int thread) const {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Runner: one LLVMContext, one PassBuilder and its analysis managers. Used by one thread at a time; runners
+// Runner: one PassBuilder and its analysis managers. Used by one thread at a time; runners
 // are pooled so analysis registration is paid once per thread slot.
 
 namespace {
@@ -113,7 +113,6 @@ class Runner {
     builder_.registerFunctionAnalyses(fam_);
     builder_.registerLoopAnalyses(lam_);
     builder_.crossRegisterProxies(lam_, fam_, cgam_, mam_);
-    context_ = std::make_unique<LLVMContext>();
   }
 
   // A fresh pass manager per run: pass objects are not reusable across modules (running a cached
@@ -125,14 +124,17 @@ class Runner {
     return mpm;
   }
 
-  // A module parsed into this runner's context. Contexts accumulate uniqued constants and types, so they are
-  // replaced now and then; callers never hold a module across calls.
-  std::unique_ptr<Module> parse(std::string_view bitcode) {
-    if (++parsed_ > kContextReuse) {
-      context_ = std::make_unique<LLVMContext>();
-      parsed_ = 1;
-    }
-    return parseBitcode(bitcode, *context_);
+  // A copy parsed into a fresh LLVMContext. Reusing one context would rename identified struct types on
+  // later parses (%struct.node.0) and make results depend on what the thread parsed before; a fresh context
+  // costs ~20 us of the ~140 us a small module's copy takes.
+  struct Copy {
+    std::unique_ptr<LLVMContext> context = std::make_unique<LLVMContext>();
+    std::unique_ptr<Module> module;  // declared last: destroyed before its context
+  };
+  Copy parse(std::string_view bitcode) {
+    Copy copy;
+    copy.module = parseBitcode(bitcode, *copy.context);
+    return copy;
   }
 
   void run(Module &M, ModulePassManager &mpm) {
@@ -145,14 +147,11 @@ class Runner {
   }
 
  private:
-  static constexpr int kContextReuse = 256;
   PassBuilder builder_;
   LoopAnalysisManager lam_;
   FunctionAnalysisManager fam_;
   CGSCCAnalysisManager cgam_;
   ModuleAnalysisManager mam_;
-  std::unique_ptr<LLVMContext> context_;
-  int parsed_ = 0;
 };
 
 std::mutex poolMutex;
@@ -193,11 +192,11 @@ std::string checkPipeline(const std::string &pipeline) {
 std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress) {
   Lease lease;
   std::unique_ptr<ModulePassManager> mpm = lease->pipeline(pipeline);
-  std::unique_ptr<Module> M = lease->parse(bitcode);
+  Runner::Copy copy = lease->parse(bitcode);
   progress.begin(0, 0, 0);
-  lease->run(*M, *mpm);
+  lease->run(*copy.module, *mpm);
   progress.end(0);
-  return writeBitcode(*M);
+  return writeBitcode(*copy.module);
 }
 
 BatchResult autophaseAfter(const std::vector<std::string> &bitcodes, const std::vector<std::string> &pipelines,
@@ -221,9 +220,9 @@ BatchResult autophaseAfter(const std::vector<std::string> &bitcodes, const std::
       }
       progress.begin(thread, m, row - 1);
       try {
-        std::unique_ptr<Module> M = lease->parse(bitcodes[m]);
-        if (row > 0) lease->run(*M, *lease->pipeline(pipelines[row - 1]));
-        const AutophaseVector v = autophase(*M);
+        Runner::Copy copy = lease->parse(bitcodes[m]);
+        if (row > 0) lease->run(*copy.module, *lease->pipeline(pipelines[row - 1]));
+        const AutophaseVector v = autophase(*copy.module);
         std::copy(v.begin(), v.end(), result.features.begin() + (m * rows + row) * kNumAutophase);
       } catch (const std::exception &e) {
         std::lock_guard<std::mutex> lock(errorMutex);
@@ -250,12 +249,12 @@ std::vector<double> timePipelines(const std::string &bitcode, const std::vector<
   double passes = 0, parsing = 0, features = 0;
   for (const std::string &p : pipelines) {
     const auto t0 = Clock::now();
-    std::unique_ptr<Module> M = lease->parse(bitcode);
+    Runner::Copy copy = lease->parse(bitcode);
     std::unique_ptr<ModulePassManager> mpm = lease->pipeline(p);
     const auto t1 = Clock::now();
-    lease->run(*M, *mpm);
+    lease->run(*copy.module, *mpm);
     const auto t2 = Clock::now();
-    const AutophaseVector v = autophase(*M);
+    const AutophaseVector v = autophase(*copy.module);
     const auto t3 = Clock::now();
     (void)v;
     parsing += seconds(t1 - t0);

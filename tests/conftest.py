@@ -1,0 +1,23 @@
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(str(resources.files("behavioral_pq").joinpath("data/examples")))
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """A protected engine shared by the tests (2 workers)."""
+    from behavioral_pq import Engine
+
+    with Engine(workers=2, timeout=60) as e:
+        yield e
+
+
+@pytest.fixture(scope="session")
+def examples():
+    import behavioral_pq as bpq
+
+    return {p.stem: bpq.load_module(p) for p in sorted(EXAMPLES.glob("*.c"))}

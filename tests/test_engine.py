@@ -1,0 +1,98 @@
+"""Crash and timeout containment: a pass that aborts or hangs costs one module, never the caller."""
+
+import os
+
+import numpy as np
+import pytest
+
+import behavioral_pq as bpq
+from behavioral_pq.engine import Engine
+from behavioral_pq.errors import PassCrashError, PassTimeoutError, PipelineError
+from conftest import DATA, EXAMPLES
+
+# LICM in a loop pass manager without MemorySSA: LLVM 19 calls report_fatal_error ("LICM requires MemorySSA")
+# as soon as it meets a loop, which exits the process. Modules without loops are unaffected.
+ABORTING = "function(sroa),licm"
+# Forty rounds of -O3: seconds on a 10,000-instruction module, milliseconds on a tiny one.
+SLOW = ",".join(["default<O3>"] * 40)
+
+
+def big_straight_line_module(tmp_path, functions=300):
+    lines = []
+    for i in range(functions):
+        callee = f"f{i - 1}(x + {i}) * 3" if i else "x"
+        lines.append(f"int f{i}(int x) {{ int a = x * {i + 1} + 7; int b = a ^ (x >> 3); "
+                     f"int c = b - a * 5; return {callee} + c; }}")
+    path = tmp_path / "big.c"
+    path.write_text("\n".join(lines) + "\n")
+    return bpq.load_module(path)
+
+
+def test_single_call_crash_is_contained(examples):
+    with Engine(workers=1) as engine:
+        with pytest.raises(PassCrashError) as info:
+            bpq.optimize(examples["sum_array"], ABORTING, engine=engine)
+        assert "LICM requires MemorySSA" in str(info.value)
+        assert info.value.module == "sum_array.c"
+        # The engine replaces the dead worker and goes on.
+        assert bpq.optimize(examples["sum_array"], "Oz", engine=engine).instruction_count == 25
+        assert engine.restarts == 1
+
+
+def test_single_call_timeout_is_contained(tmp_path):
+    big = big_straight_line_module(tmp_path)
+    with Engine(workers=1, timeout=1.0) as engine:
+        with pytest.raises(PassTimeoutError) as info:
+            bpq.optimize(big, SLOW, engine=engine)
+        assert isinstance(info.value, TimeoutError)
+        assert bpq.optimize(big, "-sroa", engine=engine).instruction_count < big.instruction_count
+
+
+@pytest.mark.parametrize("workers,threads", [(1, 1), (2, 1), (2, 2)])
+def test_batch_with_crash_and_hang_completes_the_rest(tmp_path, workers, threads):
+    small = bpq.load_module(DATA / "autophase" / "alloca_decls.ll")
+    looping = bpq.load_module(EXAMPLES / "sum_array.c")
+    big = big_straight_line_module(tmp_path)
+    calls = bpq.load_module(DATA / "autophase" / "calls_consts.ll")
+    modules = [small, looping, big, calls]
+    pipelines = ["function(sroa)", ABORTING, SLOW, "function(instcombine<no-verify-fixpoint>)"]
+    with Engine(workers=workers, threads=threads, timeout=1.5) as engine:
+        features, errors = engine.autophase_after([m.bitcode for m in modules], pipelines,
+                                                  names=[m.name for m in modules])
+    assert errors[0] is None and errors[3] is None
+    assert isinstance(errors[1], PassCrashError) and errors[1].pipeline_index == 1
+    assert "LICM requires MemorySSA" in errors[1].detail
+    assert isinstance(errors[2], PassTimeoutError) and errors[2].pipeline_index == 2
+    # The survivors' rows equal an unprotected in-process run.
+    with Engine(workers=0) as inproc:
+        reference, ref_errors = inproc.autophase_after([small.bitcode, calls.bitcode], pipelines)
+    assert ref_errors == [None, None]
+    np.testing.assert_array_equal(features[[0, 3]], reference)
+    assert not features[[1, 2]].any()
+
+
+def test_spectra_reports_failures_and_keeps_the_rest(examples):
+    probes = bpq.ProbeSet("crashy", (("-sroa",), ("-mem2reg", "-loop-rotate")))
+    good = bpq.load_module(DATA / "autophase" / "switch_dup.ll")
+    with Engine(workers=2) as engine:
+        batch = bpq.spectra([good, examples["sum_array"]], probes, engine=engine)
+    assert batch.ok.tolist() == [True, True]
+    assert batch.spectra.shape == (2, 2, 56)
+
+
+def test_invalid_raw_pipeline_is_a_clear_error(examples):
+    with pytest.raises(PipelineError, match="unknown function pass 'not-a-pass'"):
+        bpq.optimize(examples["sum_array"], "function(not-a-pass)")
+
+
+def test_engine_rejects_bad_settings():
+    with pytest.raises(ValueError):
+        Engine(workers=-1)
+    with pytest.raises(ValueError):
+        Engine(workers=1, timeout=0)
+
+
+def test_worker_count_from_environment(monkeypatch):
+    monkeypatch.setenv("BPQ_WORKERS", "3")
+    assert Engine().workers == 3
+    assert os.environ["BPQ_WORKERS"] == "3"

@@ -1,0 +1,107 @@
+"""Spectra: the formula, shape and dtype, consistency with optimize(), determinism across runs and workers."""
+
+import json
+
+import numpy as np
+import pytest
+
+import behavioral_pq as bpq
+from behavioral_pq.engine import Engine
+from behavioral_pq.errors import ProbeSetError
+from behavioral_pq.probes import random_probes
+
+
+def test_log_relative_formula_and_clamp():
+    original = np.array([0, 1, 10, 5], dtype=np.int64)
+    optimized = np.array([[0, 0, 10, -3], [3, 1, 0, 5]], dtype=np.int64)
+    d = bpq.log_relative(original, optimized)
+    assert d.dtype == np.float32 and d.shape == (2, 4)
+    expected = np.array([[0.0, -np.log(2), 0.0, -np.log(6)],  # negative counts clamp to 0
+                         [np.log(4), 0.0, -np.log(11), 0.0]])
+    np.testing.assert_allclose(d, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="feature dimensions"):
+        bpq.log_relative(np.zeros(56), np.zeros((3, 55)))
+
+
+def test_spectrum_shape_and_consistency_with_optimize(examples):
+    module = examples["state_machine"]
+    probes = bpq.load_probes()
+    s = bpq.spectrum(module)
+    assert s.shape == (probes.num_probes, 56) and s.dtype == np.float32
+    assert np.isfinite(s).all()
+    original = bpq.autophase(module)
+    for i in (0, 17, 99):  # a row equals optimize-then-autophase, computed by a separate path
+        after = bpq.autophase(bpq.optimize(module, list(probes.sequences[i])))
+        np.testing.assert_array_equal(s[i], bpq.log_relative(original, after[None])[0])
+
+
+def test_spectra_deterministic_across_runs_and_worker_counts(examples):
+    modules = list(examples.values())
+    probes = random_probes(24, 20, seed=3)
+    results = []
+    for workers, threads in [(0, 1), (1, 1), (2, 1), (2, 2), (0, 2)]:
+        with Engine(workers=workers, threads=threads) as engine:
+            results.append(bpq.spectra(modules, probes, engine=engine))
+    for batch in results:
+        assert batch.ok.all()
+        np.testing.assert_array_equal(batch.autophase, results[0].autophase)
+        np.testing.assert_array_equal(batch.spectra, results[0].spectra)
+    again = bpq.spectra(modules, probes, workers=2)
+    np.testing.assert_array_equal(again.spectra, results[0].spectra)
+
+
+def test_spectra_of_a_large_module_spread_over_workers(examples, tmp_path):
+    """A big module's probes are split into chunks across workers; the pieces must join up exactly."""
+    source = tmp_path / "many.c"
+    source.write_text("\n".join(
+        f"int g{i}(int *a, int n) {{ int s = {i}; for (int k = 0; k < n; k++) s += a[k] * {i + 1}; return s; }}"
+        for i in range(120)) + "\n")
+    module = bpq.load_module(source)
+    probes = random_probes(16, 10, seed=5)
+    with Engine(workers=2) as engine:
+        split = bpq.spectra([module], probes, engine=engine)
+        assert len(engine._plan([module.bitcode], probes.pipelines())) > 1
+    with Engine(workers=0) as engine:
+        whole = bpq.spectra([module], probes, engine=engine)
+    np.testing.assert_array_equal(split.autophase, whole.autophase)
+
+
+def test_default_probe_set_is_provisional_and_stable():
+    probes = bpq.load_probes()
+    assert probes.provisional and probes.num_probes == 100 and probes.length == 50
+    assert probes == random_probes(100, 50, seed=0)
+    assert probes.hash == random_probes(100, 50, seed=0).hash
+
+
+def test_probe_set_round_trip(tmp_path):
+    probes = random_probes(5, 7, seed=1)
+    path = probes.save(tmp_path / "p.json")
+    loaded = bpq.load_probes(path)
+    assert loaded == probes and loaded.hash == probes.hash
+    assert loaded.pipelines() == probes.pipelines()
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d["sequences"][0].__setitem__(0, "-not-a-pass"), "unknown pass"),
+    (lambda d: d.__setitem__("length", 99), "length says 99"),
+    (lambda d: d["sequences"][1].__setitem__(0, "-gvn"), "hash mismatch"),
+    (lambda d: d.__setitem__("llvm_major", 10) or d.pop("hash"), "made for LLVM 10"),
+    (lambda d: d.__setitem__("format_version", 7), "format_version"),
+    (lambda d: d.__setitem__("sequences", []), "no sequences"),
+    (lambda d: d.pop("sequences"), "malformed"),
+])
+def test_malformed_probe_sets(tmp_path, mutate, match):
+    data = random_probes(3, 4, seed=2).to_dict()
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProbeSetError, match=match):
+        bpq.load_probes(path)
+
+
+def test_unreadable_probe_files(tmp_path):
+    with pytest.raises(ProbeSetError, match="cannot read"):
+        bpq.load_probes(tmp_path / "missing.json")
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(ProbeSetError, match="not valid JSON"):
+        bpq.load_probes(tmp_path / "x.json")
