@@ -6,9 +6,9 @@ product quantizer and PQ-BERT turn into an embedding (Pan et al., "Behavioral Em
 Example::
 
     >>> import behavioral_pq as bpq
-    >>> m = bpq.load_module("tests/data/programs/sum_array.c")
-    >>> int(bpq.autophase(m)[bpq.AUTOPHASE_FEATURES.index("TotalFuncs")])
-    2
+    >>> m = bpq.load_module("behavioral_pq/data/examples/sum_array.c")
+    >>> int(bpq.autophase(m)[bpq.AUTOPHASE_FEATURES.index("TotalFuncs")])  # declarations count
+    5
     >>> bpq.optimize(m, "Oz").instruction_count < m.instruction_count
     True
     >>> bpq.spectrum(m).shape

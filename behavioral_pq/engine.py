@@ -338,7 +338,7 @@ class Engine:
         p = len(pipelines)
         sizes = [max(len(b), 1) for b in bitcodes]
         slots = max(1, self.workers)
-        target = max(sum(sizes) * max(p, 1) / (slots * 4), 200_000 * max(p, 1) / 8)
+        target = max(sum(sizes) * max(p, 1) / (slots * 8), 200_000 * max(p, 1) / 8)
         tasks: List[_Task] = []
         group: List[int] = []
         group_cost = 0.0
