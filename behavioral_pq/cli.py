@@ -229,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_optimize)
 
+    from behavioral_pq.cli_corpus import add_parsers as add_corpus_parsers
+
+    add_corpus_parsers(sub)
+
     p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
     p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
     p.set_defaults(func=cmd_demo)

@@ -240,7 +240,8 @@ class Engine:
 
     # -- single-module operations --------------------------------------------------------------------------
     def prepare(self, data: bytes, name: str = "module") -> bytes:
-        """Parse ``.ll`` text or bitcode, verify, strip debug info and named metadata; return bitcode."""
+        """Parse ``.ll`` text or bitcode, verify, strip debug info and named metadata, clear the source file name;
+        return bitcode."""
         if self.workers == 0:
             return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
         return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)

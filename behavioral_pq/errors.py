@@ -66,3 +66,7 @@ class PassCrashError(EngineError):
 
 class PassTimeoutError(EngineError, TimeoutError):
     """A pipeline ran past the per-module timeout on a module; the worker running it was killed."""
+
+
+class CorpusError(BPQError, ValueError):
+    """A corpus store is missing, corrupt (a shard that fails its checksum) or from another LLVM version."""

@@ -18,8 +18,8 @@ IR_SUFFIXES = (".ll", ".bc")
 
 
 class Module:
-    """An LLVM IR module, prepared as CompilerGym does (debug info stripped, named metadata erased) and held
-    as bitcode. Immutable: passes return a new Module (see :func:`behavioral_pq.optimize`).
+    """An LLVM IR module, prepared as CompilerGym does (debug info stripped, named metadata erased), with its
+    source file name cleared (one program at two paths is one module), held as bitcode. Immutable: passes return a new Module (see :func:`behavioral_pq.optimize`).
 
     Build one with :func:`load_module`. Attributes: ``name`` (for messages), ``source`` (path it came from,
     or None), ``bitcode`` (bytes), ``sha256`` (of the bitcode), ``instruction_count``.

@@ -62,14 +62,16 @@ def language_of(path: Path) -> Optional[str]:
 
 
 def compile_to_bitcode(source: Path, *, language: Optional[str] = None, flags: Sequence[str] = (),
-                       timeout: float = 120.0) -> bytes:
-    """Compile one C/C++ translation unit to bitcode with ``clang-19 -O1 -Xclang -disable-llvm-passes -g0``."""
+                       timeout: float = 120.0, cwd: Optional[str] = None) -> bytes:
+    """Compile one C/C++ translation unit to bitcode with ``clang-19 -O1 -Xclang -disable-llvm-passes -g0``.
+
+    ``cwd`` is the directory clang runs in (relative ``-I`` paths of a recorded build resolve against it)."""
     language = language or language_of(source)
     if language is None:
         raise CompileError(f"{source}: cannot tell the language from the suffix; pass language='c' or 'c++'")
     argv = [find_tool("clang"), "-x", language, *CLANG_IR_FLAGS, *flags, "-c", str(source), "-o", "-"]
     try:
-        return run_tool(argv, timeout=timeout).stdout
+        return run_tool(argv, timeout=timeout, cwd=cwd).stdout
     except ToolError as exc:
         raise CompileError(f"{source}: {exc}") from None
 

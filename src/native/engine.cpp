@@ -69,6 +69,9 @@ std::string prepare(std::string_view data, const std::string &name) {
   std::vector<NamedMDNode *> named;
   for (NamedMDNode &node : M->named_metadata()) named.push_back(&node);
   for (NamedMDNode *node : named) M->eraseNamedMetadata(node);
+  // The file name is not part of the program: without this, one source at two paths gives two modules.
+  M->setSourceFileName("");
+  M->setModuleIdentifier("");
   return writeBitcode(*M);
 }
 

@@ -1,0 +1,480 @@
+"""Corpus jobs: build (compile, prepare, features, labels), label, and spectra, run on any Executor.
+
+A job streams its work units in chunks to a ``concurrent.futures.Executor`` (default: local processes sized to
+the machine; a Dask ``distributed`` client's ``get_executor()`` runs the same job across machines), keeps a
+bounded number of chunks in flight, and writes results to the store in shards as they arrive. Every unit ends as
+a row: a module that does not compile, crashes a pass or times out is a ``failed`` row with its error.
+
+Resuming: a build skips the input items whose key is already in the store, so a killed build restarted with the
+same arguments computes only what is missing. Modules and labels shards are flushed before the inputs shard that
+refers to them, so a kill between the two only repeats work, never loses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from behavioral_pq.corpus.inputs import InputItem, load_bitcode
+from behavioral_pq.corpus.labels import LABEL_PIPELINES, label_row
+from behavioral_pq.corpus.store import SCHEMAS, CorpusStore
+from behavioral_pq.errors import BPQError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 8            # input items per task
+DEFAULT_SHARD_ROWS = 2000    # rows buffered before a shard is written
+DEFAULT_FLUSH_SECONDS = 60.0 # ... or after this long, so a kill loses at most a minute of work
+
+
+# -- executors ---------------------------------------------------------------------------------------------------
+
+def local_executor(workers: Optional[int] = None) -> ProcessPoolExecutor:
+    """The default executor: ``workers`` (default: the CPUs available) spawned local processes."""
+    import multiprocessing
+
+    from behavioral_pq.engine import default_workers
+
+    return ProcessPoolExecutor(max_workers=max(1, workers or default_workers()),
+                               mp_context=multiprocessing.get_context("spawn"))
+
+
+def dask_executor(address: str):
+    """An Executor on a Dask ``distributed`` scheduler (``tcp://host:8786``). Every worker needs behavioral_pq
+    installed and the sources visible at the same paths (a shared file system)."""
+    try:
+        from distributed import Client
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("Dask scale-out needs the 'distributed' package: pip install 'behavioral-pq[dask]'") from exc
+    return Client(address).get_executor(pure=False)
+
+
+# -- the task side: runs in executor processes -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Options shipped with every task.
+
+    Attributes:
+        labels: compute the per-pass labels while building.
+        timeout: seconds one pipeline may run on one module.
+        compile_timeout: seconds one clang or llvm-link run may take.
+    """
+
+    labels: bool = True
+    timeout: float = 60.0
+    compile_timeout: float = 120.0
+
+
+_task_state: Dict[str, object] = {}
+
+
+def _task_engine(timeout: float):
+    """The engine of this executor process: one protected worker, created on first use."""
+    from behavioral_pq.engine import Engine
+
+    engine = _task_state.get("engine")
+    if engine is None or engine.timeout != timeout:
+        engine = Engine(workers=1, threads=1, timeout=timeout)
+        _task_state["engine"] = engine
+    return engine
+
+
+def _known(store_path: str, table: str) -> Set[str]:
+    """Keys of ``table`` in the store, cached per process and extended with shards added since the last call."""
+    cache = _task_state.setdefault(("known", store_path, table), {"shards": set(), "keys": set()})
+    store = CorpusStore(store_path)
+    for entry in store.shards(table):
+        if entry["path"] not in cache["shards"]:
+            shard = store._open_shard(entry, verify=False)
+            cache["keys"].update(shard.read(columns=["sha256"]).column(0).to_pylist())
+            cache["shards"].add(entry["path"])
+    return cache["keys"]
+
+
+def _error_fields(exc: BaseException) -> dict:
+    return {"error_kind": type(exc).__name__, "error": str(exc)[:4000]}
+
+
+def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions) -> dict:
+    """Compile, prepare, featurize and (optionally) label a chunk of input items. Returns rows per table."""
+    from behavioral_pq._native_loader import native
+
+    engine = _task_engine(options.timeout)
+    known_modules = _known(store_path, "modules")
+    known_labels = _known(store_path, "labels") if options.labels else set()
+    inputs, modules, fresh = [], [], []
+    for item in items:
+        row = {"key": item.key, "origin": item.origin, "group": item.group, "sources": list(item.sources),
+               "language": item.language, "flags": list(item.flags), "status": "ok", "stage": None,
+               "error_kind": None, "error": None, "sha256": None, "seconds": 0.0}
+        start = time.perf_counter()
+        stage = "compile"
+        try:
+            raw = load_bitcode(item, timeout=options.compile_timeout)
+            stage = "prepare"
+            bitcode = engine.prepare(raw, os.path.basename(item.sources[0]))
+        except (BPQError, OSError) as exc:
+            row.update(status="failed", stage=stage, **_error_fields(exc))
+        else:
+            sha = hashlib.sha256(bitcode).hexdigest()
+            row["sha256"] = sha
+            if sha not in known_modules:
+                known_modules.add(sha)
+                modules.append({"sha256": sha, "instruction_count": None,
+                                "autophase": native.autophase(bitcode).tolist(),
+                                "instcount": native.instcount(bitcode).tolist(), "bitcode": bitcode})
+                modules[-1]["instruction_count"] = int(native.instruction_count(bitcode))
+            if options.labels and sha not in known_labels:
+                known_labels.add(sha)
+                fresh.append((sha, bitcode, os.path.basename(item.sources[0])))
+        row["seconds"] = time.perf_counter() - start
+        inputs.append(row)
+    labels = _label_rows(engine, fresh) if fresh else []
+    return {"inputs": inputs, "modules": modules, "labels": labels}
+
+
+def _label_rows(engine, modules: Sequence[Tuple[str, bytes, str]]) -> List[dict]:
+    features, errors = engine.autophase_after([m[1] for m in modules], LABEL_PIPELINES,
+                                              names=[m[2] for m in modules])
+    return [label_row(sha, features[i], errors[i]) for i, (sha, _, _) in enumerate(modules)]
+
+
+def label_task(modules: Sequence[Tuple[str, bytes]], store_path: str, options: JobOptions) -> dict:
+    """Labels of already-stored modules: a chunk of (sha256, bitcode)."""
+    engine = _task_engine(options.timeout)
+    return {"labels": _label_rows(engine, [(sha, bc, sha[:12]) for sha, bc in modules])}
+
+
+def spectra_task(modules: Sequence[Tuple[str, bytes]], pipelines: Sequence[str], options: JobOptions) -> dict:
+    """Autophase after every probe for a chunk of (sha256, bitcode); rows for the spectra table."""
+    engine = _task_engine(options.timeout)
+    features, errors = engine.autophase_after([bc for _, bc in modules], pipelines,
+                                              names=[sha[:12] for sha, _ in modules])
+    rows = []
+    for i, (sha, _) in enumerate(modules):
+        if errors[i] is not None:
+            rows.append({"sha256": sha, "status": "failed", **_error_fields(errors[i]), "autophase_after": None})
+        else:
+            rows.append({"sha256": sha, "status": "ok", "error_kind": None, "error": None,
+                         "autophase_after": features[i, 1:].astype("<i4").tobytes()})
+    return {"spectra": rows}
+
+
+# -- the driver side ---------------------------------------------------------------------------------------------
+
+class _Writer:
+    """Buffers rows per table and writes them as shards: modules and labels first, inputs last."""
+
+    ORDER = ("modules", "labels", "spectra", "inputs")
+
+    def __init__(self, store: CorpusStore, shard_rows: int, flush_seconds: float, probe_set: Optional[str] = None):
+        self.store, self.shard_rows, self.flush_seconds, self.probe_set = store, shard_rows, flush_seconds, probe_set
+        self.buffers: Dict[str, List[dict]] = {t: [] for t in self.ORDER}
+        self.seen: Dict[str, Set[str]] = {t: set() for t in self.ORDER}
+        self.last_flush = time.monotonic()
+        self.shards_written = 0
+
+    def add(self, rows: Dict[str, List[dict]]) -> None:
+        for table, table_rows in rows.items():
+            key = "key" if table == "inputs" else "sha256"
+            for row in table_rows:
+                if row[key] in self.seen[table]:
+                    continue  # computed twice by two in-flight chunks: keep the first
+                self.seen[table].add(row[key])
+                self.buffers[table].append(row)
+        if (max(len(b) for b in self.buffers.values()) >= self.shard_rows
+                or time.monotonic() - self.last_flush >= self.flush_seconds):
+            self.flush()
+
+    def flush(self) -> None:
+        for table in self.ORDER:
+            rows = self.buffers[table]
+            if rows:
+                self.store.append(table, pa.Table.from_pylist(rows, schema=SCHEMAS[table]),
+                                  probe_set=self.probe_set if table == "spectra" else None)
+                self.shards_written += 1
+                rows.clear()
+        self.last_flush = time.monotonic()
+
+
+def _chunks(iterable: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for x in iterable:
+        chunk.append(x)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _run_job(executor: Optional[Executor], workers: Optional[int], task: Callable, chunks: Iterable[list],
+             args: tuple, on_result: Callable[[dict], int], on_lost: Callable[[list, BaseException], dict],
+             bar) -> None:
+    """Submit ``task(chunk, *args)`` for every chunk with a bounded number in flight; ``on_result`` gets each
+    result and returns how many units it covered. A chunk whose task dies is retried unit by unit; a unit that
+    still fails is passed to ``on_lost`` (which turns it into failure rows)."""
+    own = executor is None
+    executor = executor or local_executor(workers)
+    capacity = 2 * max(1, workers or getattr(executor, "_max_workers", None) or os.cpu_count() or 1)
+    pending: Dict[object, Tuple[list, bool]] = {}
+
+    def submit(chunk: list, retry: bool) -> None:
+        nonlocal executor
+        try:
+            pending[executor.submit(task, chunk, *args)] = (chunk, retry)
+        except (BrokenProcessPool, RuntimeError):
+            if not own:
+                raise
+            executor.shutdown(wait=False, cancel_futures=True)
+            executor = local_executor(workers)
+            pending[executor.submit(task, chunk, *args)] = (chunk, retry)
+
+    def collect(block: bool) -> None:
+        nonlocal executor
+        if not pending:
+            return
+        done, _ = wait(list(pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        for future in done:
+            chunk, retried = pending.pop(future)
+            try:
+                result = future.result()
+            except Exception as exc:  # a task that died (worker killed, out of memory): never drop its units
+                logger.warning("task of %d units failed (%s: %s)", len(chunk), type(exc).__name__, exc)
+                if own and isinstance(exc, BrokenProcessPool):
+                    executor.shutdown(wait=False, cancel_futures=False)
+                    executor = local_executor(workers)
+                    for other in list(pending):  # futures of the dead pool: resubmit their chunks
+                        again, was_retry = pending.pop(other)
+                        submit(again, was_retry)
+                if retried:
+                    bar.update(on_result(on_lost(chunk, exc)))
+                elif len(chunk) == 1:
+                    submit(chunk, True)
+                else:
+                    for unit in chunk:
+                        submit([unit], True)
+                continue
+            bar.update(on_result(result))
+
+    try:
+        for chunk in chunks:
+            while len(pending) >= capacity:
+                collect(block=True)
+            submit(chunk, False)
+            collect(block=False)
+        while pending:
+            collect(block=True)
+    finally:
+        if own:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _bar(total: Optional[int], desc: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="module", disable=not progress, dynamic_ncols=True)
+
+
+@dataclass
+class JobSummary:
+    """What a job did. ``failures`` counts failed units by (stage, error kind)."""
+
+    total: int = 0
+    skipped: int = 0
+    done: int = 0
+    new_modules: int = 0
+    duplicates: int = 0
+    labelled: int = 0
+    failures: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["failures"] = {f"{stage}:{kind}": n for (stage, kind), n in sorted(self.failures.items())}
+        return data
+
+
+def build_corpus(items: Iterable[InputItem], store: os.PathLike, *, labels: bool = True,
+                 executor: Optional[Executor] = None, workers: Optional[int] = None, chunk_size: int = DEFAULT_CHUNK,
+                 timeout: float = 60.0, compile_timeout: float = 120.0, progress: bool = False,
+                 shard_rows: int = DEFAULT_SHARD_ROWS, flush_seconds: float = DEFAULT_FLUSH_SECONDS,
+                 description: Optional[dict] = None, total: Optional[int] = None) -> JobSummary:
+    """Build (or resume building) a corpus store from input items.
+
+    Args:
+        items: from :func:`~behavioral_pq.corpus.inputs.discover` or ``from_compile_commands``.
+        store: the store directory (created if needed).
+        labels: also compute the labels (124 single passes, -Oz, -O3) of every new module.
+        executor: where tasks run (default: ``workers`` local processes). A Dask client's ``get_executor()``
+            runs the job on a cluster.
+        chunk_size: input items per task. timeout: seconds per pipeline. compile_timeout: per clang run.
+        progress: show a progress bar. description: recorded in the manifest's ``sources``.
+        total: number of items, for the progress bar, when ``items`` is a generator.
+
+    Returns:
+        a JobSummary; nothing is dropped silently: every item is in the store as ``ok`` or ``failed``.
+    """
+    start = time.perf_counter()
+    corpus = CorpusStore(store, create=True)
+    corpus.check_writable()
+    corpus.clean_temporary()
+    done_keys = corpus.keys("inputs")
+    summary = JobSummary()
+    writer = _Writer(corpus, shard_rows, flush_seconds)
+    options = JobOptions(labels=labels, timeout=timeout, compile_timeout=compile_timeout)
+
+    def todo() -> Iterator[InputItem]:
+        for item in items:
+            summary.total += 1
+            if item.key in done_keys:
+                summary.skipped += 1
+                bar.update(1)
+                continue
+            done_keys.add(item.key)  # the same item listed twice is built once
+            yield item
+
+    def on_result(result: dict) -> int:
+        fresh = {sha for sha in (r["sha256"] for r in result["modules"]) if sha not in writer.seen["modules"]}
+        summary.new_modules += len(fresh)
+        ok = 0
+        for row in result["inputs"]:
+            summary.done += 1
+            if row["status"] != "ok":
+                summary.failures[(row["stage"], row["error_kind"])] += 1
+            else:
+                ok += 1
+        summary.duplicates += ok - len(fresh)
+        for row in result["labels"]:
+            if row["sha256"] in writer.seen["labels"]:
+                continue
+            if row["status"] == "ok":
+                summary.labelled += 1
+            else:
+                summary.failures[("labels", row["error_kind"])] += 1
+        writer.add(result)
+        bar.set_postfix(failed=sum(summary.failures.values()), refresh=False)
+        return len(result["inputs"])
+
+    def on_lost(chunk: List[InputItem], exc: BaseException) -> dict:
+        rows = [{"key": it.key, "origin": it.origin, "group": it.group, "sources": list(it.sources),
+                 "language": it.language, "flags": list(it.flags), "status": "failed", "stage": "worker",
+                 "sha256": None, "seconds": 0.0, **_error_fields(exc)} for it in chunk]
+        return {"inputs": rows, "modules": [], "labels": []}
+
+    bar = _bar(total, "corpus build", progress)
+    try:
+        _run_job(executor, workers, build_task, _chunks(todo(), chunk_size), (str(corpus.path), options),
+                 on_result, on_lost, bar)
+    finally:
+        writer.flush()
+        bar.close()
+    summary.seconds = time.perf_counter() - start
+    if description is not None:
+        corpus.record_source(dict(description, summary=summary.to_dict(),
+                                  finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+    return summary
+
+
+def _stored_modules(corpus: CorpusStore, skip: Set[str], only: Optional[Set[str]] = None
+                    ) -> Iterator[Tuple[str, bytes]]:
+    for batch in corpus.iter_batches("modules", ["sha256", "bitcode"], batch_size=256):
+        for sha, bitcode in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            if sha not in skip and (only is None or sha in only):
+                yield sha, bitcode
+
+
+def label_corpus(store: os.PathLike, *, executor: Optional[Executor] = None, workers: Optional[int] = None,
+                 chunk_size: int = DEFAULT_CHUNK, timeout: float = 60.0, progress: bool = False,
+                 shard_rows: int = DEFAULT_SHARD_ROWS, flush_seconds: float = DEFAULT_FLUSH_SECONDS) -> JobSummary:
+    """Compute labels for every stored module that has none yet (resumable like a build)."""
+    start = time.perf_counter()
+    corpus = CorpusStore(store)
+    corpus.check_writable()
+    corpus.clean_temporary()
+    have = corpus.keys("labels")
+    todo_count = len(corpus.keys("modules") - have)
+    summary = JobSummary(total=todo_count)
+    writer = _Writer(corpus, shard_rows, flush_seconds)
+
+    def on_result(result: dict) -> int:
+        for row in result["labels"]:
+            summary.done += 1
+            if row["status"] == "ok":
+                summary.labelled += 1
+            else:
+                summary.failures[("labels", row["error_kind"])] += 1
+        writer.add(result)
+        return len(result["labels"])
+
+    def on_lost(chunk, exc) -> dict:
+        return {"labels": [label_row(sha, None, exc if isinstance(exc, BPQError) else BPQError(str(exc)))
+                           for sha, _ in chunk]}
+
+    bar = _bar(todo_count, "labels", progress)
+    try:
+        _run_job(executor, workers, label_task, _chunks(_stored_modules(corpus, have), chunk_size),
+                 (str(corpus.path), JobOptions(timeout=timeout)), on_result, on_lost, bar)
+    finally:
+        writer.flush()
+        bar.close()
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def compute_spectra(store: os.PathLike, probes=None, *, executor: Optional[Executor] = None,
+                    workers: Optional[int] = None, chunk_size: int = DEFAULT_CHUNK, timeout: float = 60.0,
+                    progress: bool = False, only: Optional[Set[str]] = None,
+                    shard_rows: int = DEFAULT_SHARD_ROWS, flush_seconds: float = DEFAULT_FLUSH_SECONDS
+                    ) -> JobSummary:
+    """Measure and store the spectra of stored modules for a probe set (keyed by its hash); resumable.
+
+    Args:
+        probes: a ProbeSet, a path, or None for the package default.
+        only: restrict to these module hashes (e.g. one split).
+    """
+    from behavioral_pq.probes import load_probes
+
+    start = time.perf_counter()
+    probe_set = load_probes(probes)
+    corpus = CorpusStore(store)
+    corpus.check_writable()
+    corpus.clean_temporary()
+    have = corpus.keys("spectra", probe_set=probe_set.hash)
+    wanted = corpus.keys("modules") if only is None else corpus.keys("modules") & set(only)
+    todo_count = len(wanted - have)
+    summary = JobSummary(total=todo_count)
+    writer = _Writer(corpus, shard_rows, flush_seconds, probe_set=probe_set.hash)
+
+    def on_result(result: dict) -> int:
+        for row in result["spectra"]:
+            summary.done += 1
+            if row["status"] != "ok":
+                summary.failures[("spectra", row["error_kind"])] += 1
+        writer.add(result)
+        return len(result["spectra"])
+
+    def on_lost(chunk, exc) -> dict:
+        return {"spectra": [{"sha256": sha, "status": "failed", **_error_fields(exc), "autophase_after": None}
+                            for sha, _ in chunk]}
+
+    bar = _bar(todo_count, "spectra", progress)
+    try:
+        _run_job(executor, workers, spectra_task, _chunks(_stored_modules(corpus, have, wanted), chunk_size),
+                 (probe_set.pipelines(), JobOptions(timeout=timeout)), on_result, on_lost, bar)
+    finally:
+        writer.flush()
+        bar.close()
+    summary.seconds = time.perf_counter() - start
+    return summary

@@ -1,0 +1,218 @@
+"""What goes into a corpus: discovering input programs and turning each into raw (unprepared) LLVM bitcode.
+
+An :class:`InputItem` is one future module: one file, all translation units of one directory linked together, or
+one translation unit of a ``compile_commands.json``. Its ``key`` is a hash of everything that determines its
+result (kind, paths, file contents, flags), so a corpus build can tell what it has already done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from behavioral_pq.errors import CompileError, ToolError
+from behavioral_pq.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, find_tool, run_tool
+
+IR_SUFFIXES = (".ll", ".bc")
+SOURCE_SUFFIXES = tuple(C_SUFFIXES) + tuple(CXX_SUFFIXES) + IR_SUFFIXES
+GROUPINGS = ("file", "directory")
+
+
+@dataclass(frozen=True)
+class InputItem:
+    """One future module of a corpus.
+
+    Attributes:
+        key: sha256 hex of kind, paths, contents and flags: equal keys give equal results.
+        sources: absolute paths of the files making up the module (several: linked with llvm-link-19).
+        language: ``"c"``, ``"c++"`` or None (from each file's suffix; ``.ll``/``.bc`` are read as IR).
+        flags: extra clang flags (``-I``, ``-D``, ``-std=...``).
+        cwd: directory clang runs in (compile_commands entries), or None.
+        origin: corpus label, e.g. ``"jotai"``.
+        group: program group used by splits: items of one group never land on both sides of a split.
+    """
+
+    key: str
+    sources: Tuple[str, ...]
+    language: Optional[str]
+    flags: Tuple[str, ...]
+    cwd: Optional[str]
+    origin: str
+    group: str
+
+
+def _digest(parts: Iterable[bytes]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def make_item(sources: Sequence[Path], *, language: Optional[str], flags: Sequence[str], cwd: Optional[str],
+              origin: str, group: str) -> InputItem:
+    """An InputItem whose key covers the files' paths and contents, the language and the flags."""
+    paths = tuple(str(Path(s).resolve()) for s in sources)
+    parts: List[bytes] = [b"bpq-input-1", (language or "").encode(), (cwd or "").encode()]
+    parts += [f.encode() for f in flags]
+    for p in paths:
+        parts.append(p.encode())
+        parts.append(Path(p).read_bytes())
+    return InputItem(_digest(parts), paths, language, tuple(flags), cwd, origin, group)
+
+
+def _group_of(relative: str, regex: Optional[re.Pattern]) -> str:
+    if regex is None:
+        return relative
+    match = regex.search(relative)
+    if not match:
+        return relative
+    return match.group(1) if match.groups() else match.group(0)
+
+
+def discover(sources: Sequence[os.PathLike], *, per: str = "file", language: Optional[str] = None,
+             flags: Sequence[str] = (), include: Sequence[os.PathLike] = (), origin: Optional[str] = None,
+             group_regex: Optional[str] = None) -> Iterator[InputItem]:
+    """Yield the input items under ``sources`` (files or directories), in a stable sorted order.
+
+    Args:
+        per: ``"file"`` (one module per file) or ``"directory"`` (the files directly in each directory linked
+            into one module).
+        language: force ``"c"`` or ``"c++"`` for every non-IR file (default: from the suffix).
+        flags, include: extra clang flags and ``-I`` directories.
+        origin: corpus label (default: the name of each source argument).
+        group_regex: regular expression applied to a file's path relative to its source argument; its first
+            capture group (or the whole match) names the program group. Default: the relative path itself.
+
+    Raises:
+        FileNotFoundError: a source does not exist. ValueError: bad ``per`` or ``group_regex``.
+    """
+    if per not in GROUPINGS:
+        raise ValueError(f"per must be one of {GROUPINGS}, not {per!r}")
+    regex = re.compile(group_regex) if group_regex else None
+    all_flags = tuple(flags) + tuple(f"-I{Path(d).resolve()}" for d in include)
+    for source in sources:
+        root = Path(source)
+        if not root.exists():
+            raise FileNotFoundError(f"no such file or directory: {root}")
+        label = origin or root.resolve().name
+        if root.is_file():
+            yield make_item([root], language=language, flags=all_flags, cwd=None, origin=label,
+                            group=_group_of(root.name, regex))
+            continue
+        for directory, subdirs, files in os.walk(root):
+            subdirs.sort()
+            chosen = sorted(f for f in files if f.endswith(SOURCE_SUFFIXES) or (language and _is_source(f)))
+            if not chosen:
+                continue
+            base = Path(directory)
+            if per == "file":
+                for name in chosen:
+                    relative = str((base / name).relative_to(root))
+                    yield make_item([base / name], language=language, flags=all_flags, cwd=None, origin=label,
+                                    group=_group_of(relative, regex))
+            else:
+                relative = str(base.relative_to(root)) if base != root else "."
+                yield make_item([base / n for n in chosen], language=language, flags=all_flags, cwd=None,
+                                origin=label, group=_group_of(relative, regex))
+
+
+def _is_source(name: str) -> bool:
+    return name.endswith(SOURCE_SUFFIXES)
+
+
+# Flags of a recorded build that do not belong in IR generation: output, dependency files, optimization and
+# debug levels (ours replace them), and things that would make clang do something other than emit one module.
+_DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-Xclang-dep", "--serialize-diagnostics"}
+_DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-emit-llvm", "-pipe", "-g", "-flto", "-Werror"}
+_DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-save-temps")
+
+
+def _clean_arguments(arguments: Sequence[str], file: str) -> Tuple[str, ...]:
+    kept: List[str] = []
+    skip = False
+    for arg in arguments[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg in _DROP_WITH_VALUE:
+            skip = True
+            continue
+        if arg in _DROP_EXACT or arg.startswith(_DROP_PREFIX) or arg == file or arg.startswith("-o"):
+            continue
+        kept.append(arg)
+    return tuple(kept)
+
+
+def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None,
+                          group_regex: Optional[str] = None) -> Iterator[InputItem]:
+    """Yield one input item per translation unit of a ``compile_commands.json`` (as CMake or Bear write it).
+
+    Each unit keeps its own flags (defines, includes, language standard) and runs in its own directory; the
+    output, dependency, optimization and debug flags of the recorded command are dropped for ours.
+
+    Raises:
+        FileNotFoundError, ValueError: a missing or malformed file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    try:
+        entries = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a JSON list of compile commands")
+    regex = re.compile(group_regex) if group_regex else None
+    label = origin or path.resolve().parent.name
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "file" not in entry or "directory" not in entry:
+            raise ValueError(f"{path}: entry {i} lacks 'file' or 'directory'")
+        arguments = entry.get("arguments")
+        if arguments is None:
+            if "command" not in entry:
+                raise ValueError(f"{path}: entry {i} has neither 'arguments' nor 'command'")
+            arguments = shlex.split(entry["command"])  # splitting only; no shell ever runs
+        directory = Path(entry["directory"])
+        file = Path(entry["file"])
+        source = file if file.is_absolute() else directory / file
+        flags = _clean_arguments(arguments, entry["file"])
+        suffix = source.suffix
+        language = "c++" if suffix in CXX_SUFFIXES else "c" if suffix in C_SUFFIXES else None
+        yield make_item([source], language=language, flags=flags, cwd=str(directory), origin=label,
+                        group=_group_of(str(source), regex))
+
+
+def load_bitcode(item: InputItem, *, timeout: float = 120.0) -> bytes:
+    """Raw bitcode (or IR text) of an input item: compiled with clang-19 and, for several files, linked.
+
+    Raises:
+        CompileError: clang or llvm-link failed (stderr included). ToolTimeoutError: past ``timeout``.
+    """
+    units: List[bytes] = []
+    for source in item.sources:
+        path = Path(source)
+        if path.suffix in IR_SUFFIXES and item.language is None:
+            units.append(path.read_bytes())
+        else:
+            units.append(compile_to_bitcode(path, language=item.language, flags=item.flags, timeout=timeout,
+                                            cwd=item.cwd))
+    if len(units) == 1:
+        return units[0]
+    with tempfile.TemporaryDirectory(prefix="bpq-link-") as tmp:
+        names = []
+        for i, data in enumerate(units):
+            name = Path(tmp, f"unit{i}.{'ll' if not data.startswith(b'BC') else 'bc'}")
+            name.write_bytes(data)
+            names.append(str(name))
+        try:
+            return run_tool([find_tool("llvm-link"), *names, "-o", "-"], timeout=timeout).stdout
+        except ToolError as exc:
+            raise CompileError(f"linking {len(units)} units of {Path(item.sources[0]).parent}: {exc}") from None

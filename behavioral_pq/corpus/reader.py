@@ -1,0 +1,180 @@
+"""Reading a corpus store: records with all their sources, labels, spectra, splits and a summary."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from behavioral_pq.corpus.store import CorpusStore
+from behavioral_pq.errors import CorpusError
+
+
+class Corpus:
+    """Read access to a corpus store.
+
+    Example::
+
+        corpus = Corpus("store/")
+        len(corpus)                      # distinct modules
+        corpus.records()                 # one row per module, with every source that produced it
+        shas, values = corpus.spectra()  # float32 (N, P, 56) for the default probe set
+    """
+
+    def __init__(self, path: os.PathLike):
+        self.store = CorpusStore(path)
+        self.path = self.store.path
+
+    def __len__(self) -> int:
+        return len(self.store.keys("modules"))
+
+    def __repr__(self) -> str:
+        return f"Corpus({str(self.path)!r})"
+
+    def inputs(self, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        """One row per input item (``ok`` or ``failed``, with the error)."""
+        return self.store.read("inputs", columns)
+
+    def modules(self, columns: Sequence[str] = ("sha256", "instruction_count", "autophase", "instcount")) -> pa.Table:
+        """One row per distinct prepared module (add ``"bitcode"`` to ``columns`` for the bitcode)."""
+        return self.store.read("modules", list(columns))
+
+    def labels(self, *, include_failed: bool = False) -> pa.Table:
+        """Label rows (sha256, pass_counts[124], best_passes, oz_count, o3_count, oz_benefit, status, error)."""
+        table = self.store.read("labels")
+        if not include_failed:
+            table = table.filter(pa.compute.equal(table.column("status"), "ok"))
+        return table
+
+    def records(self, columns: Sequence[str] = ("sha256", "instruction_count")) -> pa.Table:
+        """One row per module with ``sources``, ``origins`` and ``groups``: every input that produced it."""
+        sources: Dict[str, List[str]] = defaultdict(list)
+        origins: Dict[str, set] = defaultdict(set)
+        groups: Dict[str, set] = defaultdict(set)
+        for batch in self.store.iter_batches("inputs", ["sha256", "sources", "origin", "group", "status"]):
+            for sha, src, origin, group, status in zip(*(c.to_pylist() for c in batch.columns)):
+                if status == "ok":
+                    sources[sha].extend(src)
+                    origins[sha].add(origin)
+                    groups[sha].add(f"{origin}:{group}")
+        table = self.modules(columns)
+        shas = table.column("sha256").to_pylist()
+        return (table.append_column("sources", pa.array([sources[s] for s in shas], pa.list_(pa.string())))
+                .append_column("origins", pa.array([sorted(origins[s]) for s in shas], pa.list_(pa.string())))
+                .append_column("groups", pa.array([sorted(groups[s]) for s in shas], pa.list_(pa.string()))))
+
+    def iter_modules(self, batch_size: int = 256, only: Optional[set] = None) -> Iterator["Module"]:
+        """Stream the stored modules as :class:`~behavioral_pq.Module` objects (memory: one batch)."""
+        from behavioral_pq.module import Module
+
+        for batch in self.store.iter_batches("modules", ["sha256", "bitcode"], batch_size=batch_size):
+            for sha, bitcode in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                if only is None or sha in only:
+                    yield Module(bitcode, name=sha[:12])
+
+    def spectra(self, probes=None, *, shas: Optional[Sequence[str]] = None) -> Tuple[List[str], np.ndarray]:
+        """Stored spectra for a probe set: (module hashes, float32 (N, P, 56)); failed modules are left out.
+
+        Raises:
+            CorpusError: no spectra stored for that probe set (run ``bpq corpus spectra`` first).
+        """
+        from behavioral_pq.probes import load_probes
+        from behavioral_pq.reaction import log_relative
+
+        probe_set = load_probes(probes)
+        if probe_set.hash not in self.store.probe_sets():
+            raise CorpusError(f"{self.path}: no spectra for probe set {probe_set.hash[:12]} ({probe_set.name}); "
+                              f"run: bpq corpus spectra {self.path} --probes ...")
+        wanted = set(shas) if shas is not None else None
+        after: Dict[str, bytes] = {}
+        for batch in self.store.iter_batches("spectra", ["sha256", "status", "autophase_after"],
+                                             probe_set=probe_set.hash):
+            for sha, status, blob in zip(*(c.to_pylist() for c in batch.columns)):
+                if status == "ok" and (wanted is None or sha in wanted):
+                    after[sha] = blob
+        before = {}
+        for batch in self.store.iter_batches("modules", ["sha256", "autophase"]):
+            for sha, row in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                if sha in after:
+                    before[sha] = row
+        order = list(shas) if shas is not None else sorted(after)
+        order = [s for s in order if s in after]
+        p = probe_set.num_probes
+        optimized = np.stack([np.frombuffer(after[s], dtype="<i4").reshape(p, 56) for s in order]) if order \
+            else np.zeros((0, p, 56), np.int32)
+        original = np.array([before[s] for s in order], dtype=np.int64).reshape(len(order), 1, 56)
+        return order, log_relative(original, optimized)
+
+    def split(self, name: str) -> List[str]:
+        """Module hashes assigned to split ``name`` by the last ``bpq corpus split``."""
+        splits = self.store.splits()
+        if not splits:
+            raise CorpusError(f"{self.path}: not split yet (run: bpq corpus split {self.path})")
+        chosen = sorted(s for s, n in splits.items() if n == name)
+        if not chosen and name not in set(splits.values()):
+            raise CorpusError(f"{self.path}: no split named {name!r} (have {sorted(set(splits.values()))})")
+        return chosen
+
+    def info(self, *, verify: bool = False) -> dict:
+        """Counts, size distribution, label distribution, failures, splits and spectra of the store."""
+        from behavioral_pq.catalog import PASSES
+
+        manifest = self.store.refresh()
+        inputs = self.store.read("inputs", ["status", "stage", "error_kind", "origin", "sha256"])
+        status = inputs.column("status").to_pylist()
+        failures = Counter(f"{st}:{kind}" for s, st, kind in zip(status, inputs.column("stage").to_pylist(),
+                                                                inputs.column("error_kind").to_pylist())
+                           if s != "ok")
+        origins = Counter(inputs.column("origin").to_pylist())
+        modules = self.store.read("modules", ["sha256", "instruction_count"])
+        sizes = np.array(modules.column("instruction_count").to_pylist(), dtype=np.int64)
+        ok_inputs = sum(1 for s in status if s == "ok")
+        info = {
+            "path": str(self.path), "llvm_version": manifest["llvm_version"],
+            "catalog_version": manifest["catalog_version"],
+            "inputs": {"total": len(status), "ok": ok_inputs, "failed": len(status) - ok_inputs,
+                       "by_origin": dict(origins.most_common())},
+            "modules": len(sizes), "duplicates": ok_inputs - len(sizes),
+            "failures": dict(failures.most_common()),
+            "instruction_count": _distribution(sizes),
+            "shards": len(manifest["shards"]),
+            "bytes": sum(s["bytes"] for s in manifest["shards"]),
+        }
+        labels = self.store.read("labels", ["status", "error_kind", "best_passes", "pass_counts", "oz_benefit"])
+        lstatus = labels.column("status").to_pylist()
+        ok = [i for i, s in enumerate(lstatus) if s == "ok"]
+        label_info = {"labelled": len(ok), "failed": len(lstatus) - len(ok),
+                      "failures": dict(Counter(k for s, k in zip(lstatus, labels.column("error_kind").to_pylist())
+                                               if s != "ok"))}
+        if ok:
+            best = [labels.column("best_passes")[i].as_py() for i in ok]
+            in_set = Counter(p for b in best for p in b)
+            sole = Counter(b[0] for b in best if len(b) == 1)
+            benefit = np.array([labels.column("oz_benefit")[i].as_py() for i in ok])
+            label_info.update({
+                "tie_rate": float(np.mean([len(b) > 1 for b in best])),
+                "mean_best_set_size": float(np.mean([len(b) for b in best])),
+                "best_pass_in_set": {PASSES[p].flag: round(n / len(ok), 4) for p, n in in_set.most_common(10)},
+                "best_pass_sole": {PASSES[p].flag: round(n / len(ok), 4) for p, n in sole.most_common(5)},
+                "oz_benefit": _distribution(benefit),
+            })
+        info["labels"] = label_info
+        info["spectra"] = {h[:12]: len(self.store.keys("spectra", probe_set=h)) for h in self.store.probe_sets()}
+        splits = manifest.get("splits")
+        info["splits"] = {k: splits[k] for k in ("seed", "fractions", "counts", "groups") if k in splits} \
+            if splits else None
+        if verify:
+            info["problems"] = self.store.verify()
+        return info
+
+
+def _distribution(values: np.ndarray) -> dict:
+    if len(values) == 0:
+        return {"count": 0}
+    q = np.percentile(values, [0, 10, 50, 90, 100])
+    out = {"count": int(len(values)), "mean": float(np.mean(values)), "min": q[0], "p10": q[1], "median": q[2],
+           "p90": q[3], "max": q[4]}
+    return {k: (round(float(v), 4) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}

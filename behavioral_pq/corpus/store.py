@@ -1,0 +1,361 @@
+"""The corpus store: Parquet shards plus a JSON manifest in one directory.
+
+Layout::
+
+    STORE/manifest.json              format, LLVM version, catalog version, every shard with rows, bytes, sha256
+    STORE/inputs/part-*.parquet      one row per input item (compiled or failed), keyed by the input key
+    STORE/modules/part-*.parquet     one row per distinct prepared module, keyed by its bitcode sha256
+    STORE/labels/part-*.parquet      per-pass instruction counts, best-pass set, -Oz/-O3 counts, keyed by sha256
+    STORE/spectra/<hash>/part-*.parquet   Autophase after each probe of one probe set, keyed by sha256
+    STORE/splits.parquet             sha256 -> split name (written by ``bpq corpus split``)
+
+Shards are immutable and content-addressed by their keys. A shard becomes part of the store only when the
+manifest lists it; the rename and the manifest update happen together under an exclusive ``flock``, and the
+manifest is replaced atomically, so a killed writer leaves at most a temporary file behind and two writers never
+lose each other's shards. Readers deduplicate by key (the first shard wins), so work done twice by two concurrent
+builds is stored harmlessly and read once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from behavioral_pq._native_loader import LLVM_MAJOR, LLVM_VERSION
+from behavioral_pq.catalog import CATALOG_VERSION
+from behavioral_pq.errors import CorpusError
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "bpq-corpus"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+INPUTS_SCHEMA = pa.schema([
+    ("key", pa.string()),              # InputItem.key
+    ("origin", pa.string()),
+    ("group", pa.string()),
+    ("sources", pa.list_(pa.string())),
+    ("language", pa.string()),
+    ("flags", pa.list_(pa.string())),
+    ("status", pa.string()),           # "ok" or "failed"
+    ("stage", pa.string()),            # where it failed: "compile", "prepare"; null when ok
+    ("error_kind", pa.string()),       # exception class name
+    ("error", pa.string()),
+    ("sha256", pa.string()),           # prepared bitcode; null when failed
+    ("seconds", pa.float32()),
+])
+MODULES_SCHEMA = pa.schema([
+    ("sha256", pa.string()),
+    ("instruction_count", pa.int64()),
+    ("autophase", pa.list_(pa.int64())),   # 56 values, AUTOPHASE_FEATURES order
+    ("instcount", pa.list_(pa.int64())),   # INSTCOUNT_FEATURES order
+    ("bitcode", pa.binary()),              # prepared bitcode
+])
+LABELS_SCHEMA = pa.schema([
+    ("sha256", pa.string()),
+    ("status", pa.string()),               # "ok" or "failed"
+    ("error_kind", pa.string()),
+    ("error", pa.string()),
+    ("pass_counts", pa.list_(pa.int64())), # 124: instruction count after catalog pass i alone
+    ("best_passes", pa.list_(pa.int16())), # catalog indices reaching the smallest count
+    ("oz_count", pa.int64()),
+    ("o3_count", pa.int64()),
+    ("oz_benefit", pa.float64()),          # (IC0 - IC_Oz) / IC0
+])
+SPECTRA_SCHEMA = pa.schema([
+    ("sha256", pa.string()),
+    ("status", pa.string()),
+    ("error_kind", pa.string()),
+    ("error", pa.string()),
+    ("autophase_after", pa.binary()),      # int32 little-endian (P, 56): Autophase after each probe
+])
+SPLITS_SCHEMA = pa.schema([("sha256", pa.string()), ("group", pa.string()), ("split", pa.string())])
+SCHEMAS = {"inputs": INPUTS_SCHEMA, "modules": MODULES_SCHEMA, "labels": LABELS_SCHEMA, "spectra": SPECTRA_SCHEMA}
+KEYS = {"inputs": "key", "modules": "sha256", "labels": "sha256", "spectra": "sha256"}
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class CorpusStore:
+    """A corpus directory (see the module docstring for the layout).
+
+    Args:
+        path: the store directory.
+        create: make an empty store if there is none (otherwise a missing store raises CorpusError).
+
+    Raises:
+        CorpusError: no store there, an unreadable manifest, or (when writing) a store made with another LLVM
+            major version.
+    """
+
+    def __init__(self, path: os.PathLike, *, create: bool = False):
+        self.path = Path(path)
+        manifest = self.path / MANIFEST
+        if not manifest.exists():
+            if not create:
+                raise CorpusError(f"{self.path}: not a corpus store (no {MANIFEST})")
+            self._create()
+        self.manifest = self._read_manifest()
+
+    def _create(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with self._locked():
+                if not (self.path / MANIFEST).exists():
+                    _write_json_atomic(self.path / MANIFEST, {
+                        "format": FORMAT, "version": FORMAT_VERSION, "llvm_version": LLVM_VERSION,
+                        "llvm_major": LLVM_MAJOR, "catalog_version": CATALOG_VERSION,
+                        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shards": [],
+                        "splits": None, "sources": [],
+                    })
+        except OSError as exc:
+            raise CorpusError(f"{self.path}: cannot create a corpus store ({exc.strerror or exc})") from None
+
+    def _read_manifest(self) -> dict:
+        path = self.path / MANIFEST
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CorpusError(f"{path}: unreadable manifest ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CorpusError(f"{path}: not a behavioral_pq corpus manifest")
+        if data.get("version") != FORMAT_VERSION:
+            raise CorpusError(f"{path}: store format {data.get('version')}, this version reads {FORMAT_VERSION}")
+        return data
+
+    def refresh(self) -> dict:
+        """Re-read the manifest (other writers may have added shards)."""
+        self.manifest = self._read_manifest()
+        return self.manifest
+
+    def check_writable(self) -> None:
+        """Raise CorpusError if this store was made with another LLVM major version than the native core."""
+        major = self.manifest.get("llvm_major")
+        if major != LLVM_MAJOR:
+            raise CorpusError(f"{self.path}: store built with LLVM {self.manifest.get('llvm_version')}, "
+                              f"this build of behavioral_pq uses LLVM {LLVM_VERSION}; use a new store")
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.path / ".lock", "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def clean_temporary(self) -> int:
+        """Remove temporary shard files left by writers that no longer run; returns how many."""
+        removed = 0
+        tmp_dir = self.path / "tmp"
+        if not tmp_dir.exists():
+            return 0
+        for f in tmp_dir.iterdir():
+            try:
+                pid = int(f.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if not _pid_alive(pid):
+                f.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    # -- writing -------------------------------------------------------------------------------------------
+    def append(self, table: str, rows: pa.Table, *, probe_set: Optional[str] = None) -> Optional[dict]:
+        """Write ``rows`` as one new shard of ``table`` and list it in the manifest; returns the shard entry.
+
+        The shard is written and fsynced under ``tmp/`` first; then, under the store lock, it is renamed into
+        place and the manifest is replaced. An empty table writes nothing.
+        """
+        if table not in SCHEMAS:
+            raise ValueError(f"unknown table {table!r}")
+        if (table == "spectra") != (probe_set is not None):
+            raise ValueError("spectra shards need a probe_set hash, other tables none")
+        if rows.num_rows == 0:
+            return None
+        rows = rows.cast(SCHEMAS[table])
+        name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+        relative = Path(table, probe_set, name) if probe_set else Path(table, name)
+        tmp = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+        try:
+            tmp.parent.mkdir(exist_ok=True)
+            pq.write_table(rows, tmp, compression="zstd", row_group_size=4096)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            entry = {"table": table, "path": str(relative), "rows": rows.num_rows, "bytes": tmp.stat().st_size,
+                     "sha256": _sha256_file(tmp), "probe_set": probe_set, "writer": os.getpid(),
+                     "written": time.time()}
+            with self._locked():
+                manifest = self._read_manifest()
+                (self.path / relative).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, self.path / relative)
+                manifest["shards"].append(entry)
+                _write_json_atomic(self.path / MANIFEST, manifest)
+                self.manifest = manifest
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise CorpusError(f"{self.path}: cannot write a {table} shard ({exc.strerror or exc}); "
+                              "the store is unchanged and still readable") from None
+        return entry
+
+    def update_manifest(self, **fields) -> None:
+        """Set top-level manifest fields under the store lock (e.g. ``splits``)."""
+        with self._locked():
+            manifest = self._read_manifest()
+            manifest.update(fields)
+            _write_json_atomic(self.path / MANIFEST, manifest)
+            self.manifest = manifest
+
+    def record_source(self, description: dict) -> None:
+        """Append a description of a build (sources, options, versions) to the manifest's ``sources``."""
+        with self._locked():
+            manifest = self._read_manifest()
+            manifest.setdefault("sources", []).append(description)
+            _write_json_atomic(self.path / MANIFEST, manifest)
+            self.manifest = manifest
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def shards(self, table: str, probe_set: Optional[str] = None) -> List[dict]:
+        """Manifest entries of one table (of one probe set for ``spectra``), oldest first."""
+        return [s for s in self.manifest["shards"]
+                if s["table"] == table and (table != "spectra" or s.get("probe_set") == probe_set)]
+
+    def probe_sets(self) -> List[str]:
+        """Hashes of the probe sets that have spectra in the store."""
+        return sorted({s["probe_set"] for s in self.manifest["shards"] if s["table"] == "spectra"})
+
+    def _open_shard(self, entry: dict, verify: bool) -> pq.ParquetFile:
+        path = self.path / entry["path"]
+        try:
+            size = path.stat().st_size
+        except OSError:
+            raise CorpusError(f"{path}: shard listed in the manifest is missing") from None
+        if size != entry["bytes"]:
+            raise CorpusError(f"{path}: shard is {size} bytes, the manifest says {entry['bytes']} (truncated?)")
+        if verify and _sha256_file(path) != entry["sha256"]:
+            raise CorpusError(f"{path}: shard checksum does not match the manifest (corrupt)")
+        try:
+            return pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise CorpusError(f"{path}: unreadable shard ({exc})") from None
+
+    def iter_batches(self, table: str, columns: Optional[Sequence[str]] = None, *, probe_set: Optional[str] = None,
+                     batch_size: int = 1024, verify: bool = False, dedupe: bool = True) -> Iterator[pa.RecordBatch]:
+        """Stream a table shard by shard, each key once (memory: one batch plus the set of keys seen).
+
+        Args:
+            columns: columns to read (the key column is always read when deduplicating).
+            verify: check every shard's sha256 against the manifest first.
+        """
+        key = KEYS[table]
+        wanted = list(columns) if columns is not None else None
+        read = None if wanted is None else list(dict.fromkeys(wanted + ([key] if dedupe else [])))
+        seen = set()
+        for entry in self.shards(table, probe_set):
+            shard = self._open_shard(entry, verify)
+            try:
+                for batch in shard.iter_batches(batch_size=batch_size, columns=read):
+                    if dedupe:
+                        keys = batch.column(key).to_pylist()
+                        keep = [k not in seen for k in keys]
+                        seen.update(keys)
+                        if not all(keep):
+                            batch = batch.filter(pa.array(keep))
+                    if wanted is not None:
+                        batch = batch.select(wanted)
+                    if batch.num_rows:
+                        yield batch
+            except (pa.ArrowException, OSError) as exc:
+                raise CorpusError(f"{self.path / entry['path']}: unreadable shard ({exc})") from None
+
+    def read(self, table: str, columns: Optional[Sequence[str]] = None, *, probe_set: Optional[str] = None,
+             verify: bool = False) -> pa.Table:
+        """A whole table, each key once (see :meth:`iter_batches`)."""
+        schema = SCHEMAS[table]
+        batches = list(self.iter_batches(table, columns, probe_set=probe_set, verify=verify))
+        if batches:
+            return pa.Table.from_batches(batches)
+        fields = [schema.field(c) for c in columns] if columns is not None else list(schema)
+        return pa.schema(fields).empty_table()
+
+    def keys(self, table: str, *, probe_set: Optional[str] = None) -> set:
+        """The set of keys present in a table."""
+        keys = set()
+        for batch in self.iter_batches(table, [KEYS[table]], probe_set=probe_set, dedupe=False):
+            keys.update(batch.column(0).to_pylist())
+        return keys
+
+    def verify(self) -> List[str]:
+        """Check every shard against the manifest; returns the problems found (empty when the store is sound)."""
+        problems = []
+        for entry in self.manifest["shards"]:
+            try:
+                self._open_shard(entry, verify=True).metadata
+            except CorpusError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def splits(self) -> Dict[str, str]:
+        """sha256 -> split name from the last ``bpq corpus split`` (empty if never split)."""
+        info = self.manifest.get("splits")
+        if not info:
+            return {}
+        path = self.path / info["path"]
+        if not path.exists() or _sha256_file(path) != info["sha256"]:
+            raise CorpusError(f"{path}: splits file is missing or does not match the manifest")
+        table = pq.read_table(path, columns=["sha256", "split"])
+        return dict(zip(table.column("sha256").to_pylist(), table.column("split").to_pylist()))
+
+    def write_splits(self, rows: pa.Table, info: dict) -> None:
+        """Replace the store's split assignment (rows: sha256, group, split) and record ``info``."""
+        rows = rows.cast(SPLITS_SCHEMA)
+        tmp = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+        tmp.parent.mkdir(exist_ok=True)
+        pq.write_table(rows, tmp, compression="zstd")
+        with self._locked():
+            name = f"splits-{uuid.uuid4().hex[:8]}.parquet"
+            os.replace(tmp, self.path / name)
+            manifest = self._read_manifest()
+            old = manifest.get("splits")
+            manifest["splits"] = dict(info, path=name, sha256=_sha256_file(self.path / name))
+            _write_json_atomic(self.path / MANIFEST, manifest)
+            self.manifest = manifest
+            if old and old.get("path") != name:
+                (self.path / old["path"]).unlink(missing_ok=True)

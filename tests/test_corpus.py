@@ -1,0 +1,407 @@
+"""Corpus store: records and labels against independent computation, duplicates, failures, resume after a kill,
+concurrent writers, splits by group, Dask LocalCluster equals local, compile_commands, Csmith, stored spectra."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import behavioral_pq as bpq
+from behavioral_pq.catalog import PASSES, get_pass
+from behavioral_pq.corpus import (Corpus, CorpusStore, build_corpus, compute_spectra, discover,
+                                  from_compile_commands, label_corpus, split_corpus)
+from behavioral_pq.corpus.build import JobOptions, spectra_task
+from behavioral_pq.errors import CorpusError, PassCrashError
+from behavioral_pq.probes import random_probes
+from behavioral_pq.toolchain import find_tool
+
+from conftest import DATA, EXAMPLES
+
+
+def tiny_programs(directory: Path, count: int) -> Path:
+    """``count`` small, distinct C programs (a loop over an array with a different shape each)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (directory / f"p{i:03d}.c").write_text(textwrap.dedent(f"""\
+            int data[{8 + i}];
+            int f{i}(int n) {{
+              int s = {i};
+              for (int k = 0; k < n && k < {8 + i}; k++) s += data[k] * {i % 5 + 1} + (k ^ {i});
+              return s;
+            }}
+            """))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """The shipped examples, a byte-identical copy of one (a duplicate), C that does not compile, invalid IR,
+    an .ll file, and a two-file directory for --per directory."""
+    root = tmp_path_factory.mktemp("sources")
+    for p in EXAMPLES.glob("*.c"):
+        shutil.copy(p, root / p.name)
+    (root / "copies").mkdir()
+    shutil.copy(EXAMPLES / "sum_array.c", root / "copies" / "sum_array_again.c")
+    (root / "broken.c").write_text("int f( { return }\n")
+    (root / "garbage.ll").write_text("this is not LLVM IR\n")
+    shutil.copy(DATA / "autophase" / "switch_dup.ll", root / "switch_dup.ll")
+    two = root / "linked"
+    two.mkdir()
+    (two / "main.c").write_text("int helper(int);\nint main(void) { return helper(41); }\n")
+    (two / "helper.c").write_text("int helper(int x) { int y = x; return y + 1; }\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def store(sources, tmp_path_factory):
+    path = tmp_path_factory.mktemp("store") / "s"
+    items = [i for i in discover([sources], origin="tests") if "linked" not in i.sources[0]]
+    summary = build_corpus(items, path, workers=1)
+    return path, summary
+
+
+def opt_count(module: bpq.Module, pipeline: str, tmp_path: Path) -> int:
+    """Instruction count after ``opt-19 -passes=pipeline``: an independent run of the same pass."""
+    src = tmp_path / "in.bc"
+    src.write_bytes(module.bitcode)
+    out = subprocess.run([find_tool("opt"), f"-passes={pipeline}", str(src), "-o", "-"], capture_output=True,
+                         check=True).stdout
+    return bpq.load_module(out).instruction_count
+
+
+def test_build_records_features_and_failures(store, sources):
+    path, summary = store
+    assert summary.done == 8 and summary.skipped == 0
+    assert summary.failures == {("compile", "CompileError"): 1, ("prepare", "InvalidIRError"): 1}
+    assert summary.duplicates == 1 and summary.new_modules == 5
+    corpus = Corpus(path)
+    assert len(corpus) == 5
+    inputs = {Path(r["sources"][0]).name: r for r in corpus.inputs().to_pylist()}
+    assert inputs["broken.c"]["status"] == "failed" and "expected" in inputs["broken.c"]["error"]
+    assert inputs["garbage.ll"]["stage"] == "prepare"
+    records = {r["sha256"]: r for r in corpus.records(["sha256", "instruction_count", "autophase",
+                                                       "bitcode"]).to_pylist()}
+    expected = bpq.load_module(EXAMPLES / "sum_array.c")
+    record = records[expected.sha256]
+    assert sorted(Path(s).name for s in record["sources"]) == ["sum_array.c", "sum_array_again.c"]
+    assert record["instruction_count"] == 63 == expected.instruction_count
+    assert record["autophase"] == bpq.autophase(expected).tolist()
+    assert record["bitcode"] == expected.bitcode
+    assert corpus.info()["duplicates"] == 1
+
+
+def test_labels_match_independent_opt_runs(store, tmp_path):
+    path, _ = store
+    labels = {r["sha256"]: r for r in Corpus(path).labels().to_pylist()}
+    module = bpq.load_module(EXAMPLES / "matmul.c")
+    row = labels[module.sha256]
+    for flag in ("-sroa", "-instcombine", "-gvn", "-simplifycfg", "-loop-rotate"):
+        p = get_pass(flag)
+        assert row["pass_counts"][p.index] == opt_count(module, p.pipeline, tmp_path), flag
+    counts = np.array(row["pass_counts"])
+    assert row["best_passes"] == np.flatnonzero(counts == counts.min()).tolist()
+    assert get_pass("-sroa").index in row["best_passes"]
+    assert row["oz_count"] == bpq.optimize(module, "Oz").instruction_count
+    assert row["o3_count"] == bpq.optimize(module, "O3").instruction_count
+    assert row["oz_benefit"] == pytest.approx((module.instruction_count - row["oz_count"]) / module.instruction_count)
+    sum_array = labels[bpq.load_module(EXAMPLES / "sum_array.c").sha256]
+    assert sum_array["oz_count"] == 25
+
+
+def test_rebuild_skips_everything_and_adds_nothing(store, sources):
+    path, _ = store
+    before = CorpusStore(path).manifest["shards"]
+    items = [i for i in discover([sources], origin="tests") if "linked" not in i.sources[0]]
+    again = build_corpus(items, path, workers=1)
+    assert again.skipped == 8 and again.done == 0
+    assert CorpusStore(path).manifest["shards"] == before
+
+
+def test_per_directory_links_translation_units(sources, tmp_path):
+    items = list(discover([sources / "linked"], per="directory", origin="linked"))
+    assert len(items) == 1 and len(items[0].sources) == 2
+    build_corpus(items, tmp_path / "s", workers=0 or 1, labels=False)
+    module = next(Corpus(tmp_path / "s").iter_modules())
+    text = module.text()
+    assert "define dso_local i32 @main" in text and "define dso_local i32 @helper" in text
+
+
+def test_compile_commands_keep_each_units_flags(tmp_path):
+    project = tmp_path / "proj"
+    (project / "include").mkdir(parents=True)
+    (project / "include" / "scale.h").write_text("static inline int scale(int x) { return x * SCALE; }\n")
+    (project / "a.c").write_text('#include "scale.h"\nint a(int x) { return scale(x) + 1; }\n')
+    (project / "b.cpp").write_text("#ifndef NEEDED\n#error NEEDED is required\n#endif\n"
+                                   "int b(int x) { return x + NEEDED; }\n")
+    commands = [
+        {"directory": str(project), "file": "a.c",
+         "arguments": ["cc", "-DSCALE=3", "-Iinclude", "-O2", "-g", "-c", "a.c", "-o", "a.o", "-MD", "-MF", "a.d"]},
+        {"directory": str(project), "file": str(project / "b.cpp"),
+         "command": f"c++ -DNEEDED=7 -std=c++17 -O3 -c {project / 'b.cpp'} -o b.o"},
+    ]
+    db = project / "compile_commands.json"
+    db.write_text(json.dumps(commands))
+    items = list(from_compile_commands(db))
+    assert items[0].flags == ("-DSCALE=3", "-Iinclude") and items[0].cwd == str(project)
+    assert items[1].flags == ("-DNEEDED=7", "-std=c++17") and items[1].language == "c++"
+    summary = build_corpus(items, tmp_path / "s", workers=1, labels=False)
+    assert summary.failures == {} and summary.new_modules == 2
+    texts = [m.text() for m in Corpus(tmp_path / "s").iter_modules()]
+    assert any("mul nsw i32 %" in t and ", 3" in t for t in texts)
+    db.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        list(from_compile_commands(db))
+
+
+def test_resume_after_kill_equals_uninterrupted_build(tmp_path):
+    programs = tiny_programs(tmp_path / "src", 30)
+    script = textwrap.dedent(f"""\
+        import sys
+        from behavioral_pq.corpus import build_corpus, discover
+        build_corpus(discover([{str(programs)!r}], origin="t"), sys.argv[1], workers=1, chunk_size=1,
+                     shard_rows=1, flush_seconds=0)
+        """)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(killed)])
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        manifest = killed / "manifest.json"
+        if manifest.exists() and sum(s["table"] == "inputs" for s in json.loads(manifest.read_text())["shards"]) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = Corpus(killed).inputs()
+    assert 3 <= partial.num_rows < 30, "the kill must land mid-build"
+    resumed = build_corpus(discover([programs], origin="t"), killed, workers=1)
+    assert resumed.skipped == partial.num_rows and resumed.done == 30 - partial.num_rows
+    clean = tmp_path / "clean"
+    build_corpus(discover([programs], origin="t"), clean, workers=1)
+
+    def content(path):
+        corpus = Corpus(path)
+        inputs = sorted((r["key"], r["status"], r["sha256"]) for r in corpus.inputs().to_pylist())
+        labels = sorted((r["sha256"], tuple(r["pass_counts"]), r["oz_count"]) for r in corpus.labels().to_pylist())
+        return inputs, labels, sorted(corpus.modules(["sha256"]).column(0).to_pylist())
+
+    assert content(killed) == content(clean)
+    assert len(content(killed)[0]) == 30 and len({k for k, _, _ in content(killed)[0]}) == 30
+    assert not list((killed / "tmp").glob("*")), "temporary files of the killed writer are cleaned up"
+
+
+def test_two_concurrent_builds_into_one_store(tmp_path):
+    programs = tiny_programs(tmp_path / "src", 16)
+    script = textwrap.dedent(f"""\
+        import sys
+        from behavioral_pq.corpus import build_corpus, discover
+        build_corpus(discover([{str(programs)!r}], origin="t"), sys.argv[1], workers=1, chunk_size=1,
+                     shard_rows=1, flush_seconds=0, labels=False)
+        """)
+    target = tmp_path / "shared"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(target)]) for _ in range(2)]
+    assert [p.wait(timeout=240) for p in procs] == [0, 0]
+    store = CorpusStore(target)
+    assert store.verify() == []
+    writers = {s["writer"] for s in store.manifest["shards"]}
+    assert len(writers) == 2, "both builds wrote shards"
+    inputs = Corpus(target).inputs()
+    assert inputs.num_rows == 16 and len(set(inputs.column("key").to_pylist())) == 16
+    assert len(Corpus(target)) == 16
+
+
+def test_split_by_group_keeps_groups_and_shared_modules_together(tmp_path):
+    src = tmp_path / "src"
+    tiny_programs(src / "alpha", 12)
+    tiny_programs(src / "beta", 12)   # the same 12 programs: beta's modules equal alpha's
+    tiny_programs(src / "gamma", 20)
+    for i in range(20):  # make gamma's programs differ from alpha's and beta's
+        path = src / "gamma" / f"p{i:03d}.c"
+        path.write_text(path.read_text().replace("int s =", "int s = 1000 +"))
+    items = list(discover([src], origin="t", group_regex=r"^([a-z]+)/"))
+    assert {i.group for i in items} == {"alpha", "beta", "gamma"}
+    build_corpus(items, tmp_path / "s", workers=1, labels=False)
+    counts = split_corpus(tmp_path / "s", fractions=(0.5, 0.5), names=("train", "test"), seed=3)
+    assert sum(counts.values()) == 32
+    splits = CorpusStore(tmp_path / "s").splits()
+    inputs = Corpus(tmp_path / "s").inputs().to_pylist()
+    by_group = {}
+    for row in inputs:
+        by_group.setdefault(row["group"], set()).add(splits[row["sha256"]])
+    assert all(len(v) == 1 for v in by_group.values()), by_group
+    assert by_group["alpha"] == by_group["beta"], "groups sharing modules are merged"
+    # Same seed, same assignment; the assignment is stored in the manifest.
+    assert split_corpus(tmp_path / "s", fractions=(0.5, 0.5), names=("train", "test"), seed=3) == counts
+    assert CorpusStore(tmp_path / "s").manifest["splits"]["seed"] == 3
+    with pytest.raises(ValueError, match="summing to 1"):
+        split_corpus(tmp_path / "s", fractions=(0.5, 0.6), names=("a", "b"))
+
+
+def test_many_groups_split_near_the_fractions(tmp_path):
+    src = tiny_programs(tmp_path / "src", 60)
+    build_corpus(discover([src], origin="t"), tmp_path / "s", workers=1, labels=False)
+    counts = split_corpus(tmp_path / "s", seed=0)
+    assert sum(counts.values()) == 60 and counts["train"] > counts["valid"] and counts["test"] > 0
+    assert Corpus(tmp_path / "s").split("test") and len(Corpus(tmp_path / "s").split("train")) == counts["train"]
+    with pytest.raises(CorpusError, match="no split named"):
+        Corpus(tmp_path / "s").split("nope")
+
+
+def test_dask_local_cluster_equals_local_run(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    programs = tiny_programs(tmp_path / "src", 10)
+    build_corpus(discover([programs], origin="t"), tmp_path / "local", workers=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        build_corpus(discover([programs], origin="t"), tmp_path / "dask", executor=client.get_executor(pure=False),
+                     chunk_size=2)
+
+    def content(path):
+        corpus = Corpus(path)
+        return (sorted((r["key"], r["sha256"]) for r in corpus.inputs().to_pylist()),
+                sorted((r["sha256"], tuple(r["pass_counts"]), r["o3_count"]) for r in corpus.labels().to_pylist()))
+
+    assert content(tmp_path / "dask") == content(tmp_path / "local")
+    assert len(content(tmp_path / "dask")[1]) == 10
+
+
+def test_stored_spectra_equal_direct_spectra(store):
+    path, _ = store
+    probes = random_probes(4, 6, seed=1)
+    summary = compute_spectra(path, probes, workers=1)
+    assert summary.done == 5 and summary.failures == {}
+    shas, values = Corpus(path).spectra(probes)
+    assert values.shape == (5, 4, 56) and values.dtype == np.float32
+    modules = list(Corpus(path).iter_modules())
+    direct = bpq.spectra(modules, probes)
+    order = [m.sha256 for m in modules]
+    np.testing.assert_array_equal(values, direct.spectra[[order.index(s) for s in shas]])
+    assert compute_spectra(path, probes, workers=1).done == 0, "nothing is computed twice"
+    with pytest.raises(CorpusError, match="no spectra"):
+        Corpus(path).spectra(random_probes(2, 3, seed=9))
+
+
+def test_a_crashing_pipeline_becomes_a_failure_row(examples):
+    module = examples["sum_array"]
+    rows = spectra_task([(module.sha256, module.bitcode)], ["function(sroa),licm"], JobOptions())["spectra"]
+    assert rows[0]["status"] == "failed" and rows[0]["error_kind"] == PassCrashError.__name__
+    assert "LICM requires MemorySSA" in rows[0]["error"] or "sum_array" in rows[0]["error"] or rows[0]["error"]
+
+
+def test_label_job_fills_in_missing_labels(sources, tmp_path):
+    items = [i for i in discover([sources], origin="tests") if i.sources[0].endswith("matmul.c")]
+    build_corpus(items, tmp_path / "s", workers=1, labels=False)
+    assert Corpus(tmp_path / "s").labels().num_rows == 0
+    summary = label_corpus(tmp_path / "s", workers=1)
+    assert summary.labelled == 1
+    assert Corpus(tmp_path / "s").labels().column("oz_count").to_pylist() == \
+        [bpq.optimize(bpq.load_module(EXAMPLES / "matmul.c"), "Oz").instruction_count]
+
+
+def test_corrupt_or_missing_shards_are_named(store, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(store[0], copy)
+    shard = copy / CorpusStore(copy).shards("labels")[0]["path"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    problems = CorpusStore(copy).verify()
+    assert len(problems) == 1 and shard.name in problems[0] and "checksum" in problems[0]
+    shard.write_bytes(bytes(data[:100]))
+    with pytest.raises(CorpusError, match="truncated"):
+        Corpus(copy).labels()
+    (copy / "manifest.json").write_text("{")
+    with pytest.raises(CorpusError, match="unreadable manifest"):
+        Corpus(copy)
+    with pytest.raises(CorpusError, match="not a corpus store"):
+        Corpus(tmp_path)
+
+
+def test_unwritable_shard_leaves_the_store_readable(tmp_path, monkeypatch):
+    programs = tiny_programs(tmp_path / "src", 3)
+    build_corpus(discover([programs], origin="t"), tmp_path / "s", workers=1, labels=False)
+    store = CorpusStore(tmp_path / "s")
+    before = store.manifest
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", disk_full)
+    import pyarrow as pa
+    with pytest.raises(CorpusError, match="No space left on device"):
+        store.append("inputs", pa.Table.from_pylist(Corpus(tmp_path / "s").inputs().to_pylist()))
+    assert CorpusStore(tmp_path / "s").manifest == before
+    assert Corpus(tmp_path / "s").inputs().num_rows == 3
+
+
+def test_csmith_generation_is_reproducible_and_builds(tmp_path):
+    from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, generate_csmith
+
+    a = generate_csmith(2, tmp_path / "a", seed=5)
+    b = generate_csmith(2, tmp_path / "b", seed=5)
+    assert a["programs"] == b["programs"] and a["version"].startswith("csmith")
+    for entry in a["programs"]:
+        assert (tmp_path / "a" / entry["file"]).read_bytes() == (tmp_path / "b" / entry["file"]).read_bytes()
+    recorded = json.loads((tmp_path / "a" / "csmith.json").read_text())
+    assert [p["csmith_seed"] for p in recorded["programs"]] == [p["csmith_seed"] for p in a["programs"]]
+    summary = build_corpus(discover([tmp_path / "a"], include=[CSMITH_INCLUDE], origin="csmith"), tmp_path / "s",
+                           workers=1, labels=False)
+    assert summary.new_modules == 2 and summary.failures == {}
+    assert all(n > 50 for n in Corpus(tmp_path / "s").modules().column("instruction_count").to_pylist())
+
+
+def test_writing_to_a_store_of_another_llvm_version_is_refused(tmp_path):
+    store = CorpusStore(tmp_path / "s", create=True)
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["llvm_major"], manifest["llvm_version"] = 18, "18.1.8"
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorpusError, match="LLVM 18.1.8"):
+        build_corpus([], tmp_path / "s", workers=1)
+    assert store.path.exists()
+
+
+def bpq_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "behavioral_pq.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def test_cli_corpus_end_to_end(sources, tmp_path):
+    out = tmp_path / "store"
+    run = bpq_cli("corpus", "build", sources, "--out", out, "--origin", "mine", "--workers", "1", "-q", "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["done"] == 10 and summary["failures"] == {"compile:CompileError": 1, "prepare:InvalidIRError": 1}
+    run = bpq_cli("corpus", "split", out, "--seed", "1")
+    assert run.returncode == 0 and "train:" in run.stdout
+    run = bpq_cli("corpus", "info", out, "--verify")
+    assert run.returncode == 0, run.stderr
+    assert "inputs: 10 (8 ok, 2 failed); by origin: mine 10" in run.stdout
+    assert "failed compile:CompileError: 1" in run.stdout and "all shards match" in run.stdout
+    info = json.loads(bpq_cli("corpus", "info", out, "--json").stdout)
+    assert info["modules"] == 7 and info["labels"]["labelled"] == 7
+    recorded = CorpusStore(out).manifest["sources"]
+    assert recorded[0]["origin"] == "mine" and recorded[0]["summary"]["done"] == 10
+
+
+@pytest.mark.parametrize("args,message", [
+    (("corpus", "build", "/no/such/dir", "--out", "{tmp}/s"), "no such file or directory: /no/such/dir"),
+    (("corpus", "build", "--out", "{tmp}/s"), "give SOURCES"),
+    (("corpus", "info", "{tmp}"), "not a corpus store"),
+    (("corpus", "split", "{tmp}", "--fractions", "a,b"), "--fractions takes comma-separated numbers"),
+    (("corpus", "generate", "--csmith", "-1", "--out", "{tmp}/c"), "count must be >= 0"),
+    (("corpus", "build", "--compile-commands", "{tmp}/none.json", "--out", "{tmp}/s"), "no such file"),
+])
+def test_cli_corpus_bad_input_is_one_line(tmp_path, args, message):
+    run = bpq_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert run.returncode == 2
+    assert run.stderr.startswith("bpq: error: ") and message in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
