@@ -178,8 +178,15 @@ def test_resume_after_kill_equals_uninterrupted_build(tmp_path):
         if manifest.exists() and sum(s["table"] == "inputs" for s in json.loads(manifest.read_text())["shards"]) >= 3:
             break
         time.sleep(0.05)
+    children = [int(c) for c in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                 text=True).stdout.split()]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    assert children, "the build runs its tasks in pool processes"
+    deadline = time.time() + 10
+    while time.time() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{c}").exists() for c in children), "pool workers exit with a killed driver"
     partial = Corpus(killed).inputs()
     assert 3 <= partial.num_rows < 30, "the kill must land mid-build"
     resumed = build_corpus(discover([programs], origin="t"), killed, workers=1)

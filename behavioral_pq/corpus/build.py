@@ -46,7 +46,21 @@ def local_executor(workers: Optional[int] = None) -> ProcessPoolExecutor:
     from behavioral_pq.engine import default_workers
 
     return ProcessPoolExecutor(max_workers=max(1, workers or default_workers()),
-                               mp_context=multiprocessing.get_context("spawn"))
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Pool workers outlive a driver killed with SIGKILL (they wait on a queue nobody writes to); this watchdog
+    ends them, and with them their engine workers, when the driver is gone."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="bpq-exit-with-parent", daemon=True).start()
 
 
 def dask_executor(address: str):
