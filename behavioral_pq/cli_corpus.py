@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 
@@ -20,12 +21,20 @@ every worker).
 """
 
 
+@contextlib.contextmanager
 def _executor(args):
-    if getattr(args, "dask", None):
-        from behavioral_pq.corpus import dask_executor
+    """None (local processes), or an executor on the Dask scheduler of ``--dask``, closed afterwards."""
+    if not getattr(args, "dask", None):
+        yield None
+        return
+    from behavioral_pq.corpus import dask_executor
 
-        return dask_executor(args.dask)
-    return None
+    executor = dask_executor(args.dask)
+    try:
+        yield executor
+    finally:
+        executor.shutdown(wait=True)
+        executor._client.close()
 
 
 def _print_summary(title: str, summary, as_json: bool) -> None:
@@ -60,9 +69,10 @@ def cmd_build(args) -> int:
                    "compile_commands": args.compile_commands, "origin": args.origin, "per": args.per,
                    "language": args.language, "cflags": flags, "include": args.include or [],
                    "group_regex": args.group_regex, "labels": not args.no_labels, "llvm": LLVM_VERSION}
-    summary = build_corpus(items(), args.out, labels=not args.no_labels, executor=_executor(args),
-                           workers=args.workers, chunk_size=args.chunk_size, timeout=args.timeout,
-                           progress=not args.quiet, description=description, total=total)
+    with _executor(args) as executor:
+        summary = build_corpus(items(), args.out, labels=not args.no_labels, executor=executor,
+                               workers=args.workers, chunk_size=args.chunk_size, timeout=args.timeout,
+                               progress=not args.quiet, description=description, total=total)
     _print_summary(f"corpus build -> {args.out}", summary, args.json)
     return 0
 
@@ -84,8 +94,9 @@ def cmd_generate(args) -> int:
 def cmd_label(args) -> int:
     from behavioral_pq.corpus import label_corpus
 
-    summary = label_corpus(args.store, executor=_executor(args), workers=args.workers, timeout=args.timeout,
-                           progress=not args.quiet)
+    with _executor(args) as executor:
+        summary = label_corpus(args.store, executor=executor, workers=args.workers, timeout=args.timeout,
+                               progress=not args.quiet)
     _print_summary(f"labels -> {args.store}", summary, args.json)
     return 0
 
@@ -94,8 +105,9 @@ def cmd_spectra(args) -> int:
     from behavioral_pq.corpus import Corpus, compute_spectra
 
     only = set(Corpus(args.store).split(args.split)) if args.split else None
-    summary = compute_spectra(args.store, args.probes, executor=_executor(args), workers=args.workers,
-                              timeout=args.timeout, progress=not args.quiet, only=only)
+    with _executor(args) as executor:
+        summary = compute_spectra(args.store, args.probes, executor=executor, workers=args.workers,
+                                  timeout=args.timeout, progress=not args.quiet, only=only)
     _print_summary(f"spectra -> {args.store}", summary, args.json)
     return 0
 

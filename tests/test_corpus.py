@@ -271,13 +271,16 @@ def test_dask_local_cluster_equals_local_run(tmp_path):
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         build_corpus(discover([programs], origin="t"), tmp_path / "dask", executor=client.get_executor(pure=False),
                      chunk_size=2)
+        from behavioral_pq.cli import main
+        assert main(["corpus", "build", str(programs), "--out", str(tmp_path / "cli"), "--origin", "t",
+                     "--dask", cluster.scheduler_address, "-q"]) == 0
 
     def content(path):
         corpus = Corpus(path)
         return (sorted((r["key"], r["sha256"]) for r in corpus.inputs().to_pylist()),
                 sorted((r["sha256"], tuple(r["pass_counts"]), r["o3_count"]) for r in corpus.labels().to_pylist()))
 
-    assert content(tmp_path / "dask") == content(tmp_path / "local")
+    assert content(tmp_path / "dask") == content(tmp_path / "local") == content(tmp_path / "cli")
     assert len(content(tmp_path / "dask")[1]) == 10
 
 
