@@ -8,6 +8,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.errors import CorpusError
@@ -46,7 +47,7 @@ class Corpus:
         """Label rows (sha256, pass_counts[124], best_passes, oz_count, o3_count, oz_benefit, status, error)."""
         table = self.store.read("labels")
         if not include_failed:
-            table = table.filter(pa.compute.equal(table.column("status"), "ok"))
+            table = table.filter(pc.equal(table.column("status"), "ok"))
         return table
 
     def records(self, columns: Sequence[str] = ("sha256", "instruction_count")) -> pa.Table:
