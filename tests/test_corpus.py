@@ -398,6 +398,11 @@ def test_cli_corpus_end_to_end(sources, tmp_path):
     assert "failed compile:CompileError: 1" in run.stdout and "all shards match" in run.stdout
     info = json.loads(bpq_cli("corpus", "info", out, "--json").stdout)
     assert info["modules"] == 7 and info["labels"]["labelled"] == 7
+    # A fresh interpreter (regression: Corpus.labels used pyarrow.compute without importing it).
+    fresh = subprocess.run([sys.executable, "-c", "import sys; from behavioral_pq.corpus import Corpus; "
+                            "print(Corpus(sys.argv[1]).labels().num_rows)", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "7", fresh.stderr
     recorded = CorpusStore(out).manifest["sources"]
     assert recorded[0]["origin"] == "mine" and recorded[0]["summary"]["done"] == 10
 
