@@ -110,14 +110,22 @@ def _known(store_path: str, table: str) -> Set[str]:
     store = CorpusStore(store_path)
     for entry in store.shards(table):
         if entry["path"] not in cache["shards"]:
-            shard = store._open_shard(entry, verify=False)
-            cache["keys"].update(shard.read(columns=["sha256"]).column(0).to_pylist())
+            cache["keys"].update(store.read_shard(entry, ["sha256"]).column(0).to_pylist())
             cache["shards"].add(entry["path"])
     return cache["keys"]
 
 
 def _error_fields(exc: BaseException) -> dict:
     return {"error_kind": type(exc).__name__, "error": str(exc)[:4000]}
+
+
+def _input_row(item: InputItem, **fields) -> dict:
+    """An ``inputs`` row for ``item``: ok by default, ``fields`` override (status, stage, error, sha256...)."""
+    row = {"key": item.key, "origin": item.origin, "group": item.group, "sources": list(item.sources),
+           "language": item.language, "flags": list(item.flags), "status": "ok", "stage": None,
+           "error_kind": None, "error": None, "sha256": None, "seconds": 0.0}
+    row.update(fields)
+    return row
 
 
 def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions) -> dict:
@@ -129,9 +137,7 @@ def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions)
     known_labels = _known(store_path, "labels") if options.labels else set()
     inputs, modules, fresh = [], [], []
     for item in items:
-        row = {"key": item.key, "origin": item.origin, "group": item.group, "sources": list(item.sources),
-               "language": item.language, "flags": list(item.flags), "status": "ok", "stage": None,
-               "error_kind": None, "error": None, "sha256": None, "seconds": 0.0}
+        row = _input_row(item)
         start = time.perf_counter()
         stage = "compile"
         try:
@@ -145,10 +151,9 @@ def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions)
             row["sha256"] = sha
             if sha not in known_modules:
                 known_modules.add(sha)
-                modules.append({"sha256": sha, "instruction_count": None,
+                modules.append({"sha256": sha, "instruction_count": int(native.instruction_count(bitcode)),
                                 "autophase": native.autophase(bitcode).tolist(),
                                 "instcount": native.instcount(bitcode).tolist(), "bitcode": bitcode})
-                modules[-1]["instruction_count"] = int(native.instruction_count(bitcode))
             if options.labels and sha not in known_labels:
                 known_labels.add(sha)
                 fresh.append((sha, bitcode, os.path.basename(item.sources[0])))
@@ -382,9 +387,7 @@ def build_corpus(items: Iterable[InputItem], store: os.PathLike, *, labels: bool
         return len(result["inputs"])
 
     def on_lost(chunk: List[InputItem], exc: BaseException) -> dict:
-        rows = [{"key": it.key, "origin": it.origin, "group": it.group, "sources": list(it.sources),
-                 "language": it.language, "flags": list(it.flags), "status": "failed", "stage": "worker",
-                 "sha256": None, "seconds": 0.0, **_error_fields(exc)} for it in chunk]
+        rows = [_input_row(it, status="failed", stage="worker", **_error_fields(exc)) for it in chunk]
         return {"inputs": rows, "modules": [], "labels": []}
 
     bar = _bar(total, "corpus build", progress)

@@ -151,10 +151,11 @@ class Corpus:
                       "failures": dict(Counter(k for s, k in zip(lstatus, labels.column("error_kind").to_pylist())
                                                if s != "ok"))}
         if ok:
-            best = [labels.column("best_passes")[i].as_py() for i in ok]
+            all_best = labels.column("best_passes").to_pylist()
+            best = [all_best[i] for i in ok]
             in_set = Counter(p for b in best for p in b)
             sole = Counter(b[0] for b in best if len(b) == 1)
-            benefit = np.array([labels.column("oz_benefit")[i].as_py() for i in ok])
+            benefit = np.array(labels.column("oz_benefit").to_pylist(), dtype=float)[ok]
             label_info.update({
                 "tie_rate": float(np.mean([len(b) > 1 for b in best])),
                 "mean_best_set_size": float(np.mean([len(b) for b in best])),

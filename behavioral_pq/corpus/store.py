@@ -276,6 +276,13 @@ class CorpusStore:
         except (pa.ArrowException, OSError) as exc:
             raise CorpusError(f"{path}: unreadable shard ({exc})") from None
 
+    def read_shard(self, entry: dict, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        """One shard (a manifest entry) as a table, without deduplication."""
+        try:
+            return self._open_shard(entry, verify=False).read(columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise CorpusError(f"{self.path / entry['path']}: unreadable shard ({exc})") from None
+
     def iter_batches(self, table: str, columns: Optional[Sequence[str]] = None, *, probe_set: Optional[str] = None,
                      batch_size: int = 1024, verify: bool = False, dedupe: bool = True) -> Iterator[pa.RecordBatch]:
         """Stream a table shard by shard, each key once (memory: one batch plus the set of keys seen).
