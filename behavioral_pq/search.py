@@ -18,11 +18,12 @@ import numpy as np
 
 from behavioral_pq.catalog import PASSES, sequence_pipeline
 from behavioral_pq.engine import Engine, default_engine
+from behavioral_pq.features import AUTOPHASE_FEATURES
 from behavioral_pq.module import Module
 
-TOTAL_INSTS = 51  # AUTOPHASE_FEATURES.index("TotalInsts"), checked in tests
+TOTAL_INSTS = AUTOPHASE_FEATURES.index("TotalInsts")
 
-Sequence_ = Tuple[int, ...]  # catalog indices
+PassSequence = Tuple[int, ...]  # catalog indices
 
 
 class FitnessCache:
@@ -43,11 +44,11 @@ class FitnessCache:
         self.modules = list(modules)
         self.engine = engine or default_engine()
         self.original = np.array([max(1, m.instruction_count) for m in self.modules], dtype=np.float64)
-        self._counts: Dict[Tuple[str, Sequence_], int] = {}
+        self._counts: Dict[Tuple[str, PassSequence], int] = {}
         self.hits = 0
         self.misses = 0
 
-    def counts(self, sequences: Sequence[Sequence_]) -> np.ndarray:
+    def counts(self, sequences: Sequence[PassSequence]) -> np.ndarray:
         """int64 (S, N): instruction count of module n after sequence s (IC0 where the module failed)."""
         sequences = [tuple(int(i) for i in s) for s in sequences]
         before = len(self._counts)
@@ -66,7 +67,7 @@ class FitnessCache:
         self.hits += len(sequences) * len(self.modules) - measured
         return np.array([[self._counts[(m.sha256, s)] for m in self.modules] for s in sequences], dtype=np.int64)
 
-    def fitness(self, sequences: Sequence[Sequence_]) -> np.ndarray:
+    def fitness(self, sequences: Sequence[PassSequence]) -> np.ndarray:
         """float64 (S,): mean relative instruction-count reduction of each sequence over the modules."""
         return ((self.original - self.counts(sequences)) / self.original).mean(axis=1)
 
@@ -90,7 +91,7 @@ class GAConfig:
 class GAResult:
     """Best sequence found, its fitness, and the best/mean fitness of every generation (0 = initial)."""
 
-    best: Sequence_
+    best: PassSequence
     fitness: float
     history: List[Tuple[float, float]] = field(default_factory=list)
 

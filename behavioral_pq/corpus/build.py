@@ -22,7 +22,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-import numpy as np
 import pyarrow as pa
 
 from behavioral_pq.corpus.inputs import InputItem, load_bitcode
@@ -238,9 +237,16 @@ def _chunks(iterable: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
+def _open_for_writing(store: os.PathLike, *, create: bool = False) -> CorpusStore:
+    corpus = CorpusStore(store, create=create)
+    corpus.check_writable()
+    corpus.clean_temporary()
+    return corpus
+
+
 def _run_job(executor: Optional[Executor], workers: Optional[int], task: Callable, chunks: Iterable[list],
              args: tuple, on_result: Callable[[dict], int], on_lost: Callable[[list, BaseException], dict],
-             bar) -> None:
+             bar, writer: "_Writer") -> None:
     """Submit ``task(chunk, *args)`` for every chunk with a bounded number in flight; ``on_result`` gets each
     result and returns how many units it covered. A chunk whose task dies is retried unit by unit; a unit that
     still fails is passed to ``on_lost`` (which turns it into failure rows)."""
@@ -298,6 +304,8 @@ def _run_job(executor: Optional[Executor], workers: Optional[int], task: Callabl
     finally:
         if own:
             executor.shutdown(wait=True, cancel_futures=True)
+        writer.flush()  # whatever arrived is kept, also when interrupted
+        bar.close()
 
 
 def _bar(total: Optional[int], desc: str, progress: bool):
@@ -346,9 +354,7 @@ def build_corpus(items: Iterable[InputItem], store: os.PathLike, *, labels: bool
         a JobSummary; nothing is dropped silently: every item is in the store as ``ok`` or ``failed``.
     """
     start = time.perf_counter()
-    corpus = CorpusStore(store, create=True)
-    corpus.check_writable()
-    corpus.clean_temporary()
+    corpus = _open_for_writing(store, create=True)
     done_keys = corpus.keys("inputs")
     summary = JobSummary()
     writer = _Writer(corpus, shard_rows, flush_seconds)
@@ -391,12 +397,8 @@ def build_corpus(items: Iterable[InputItem], store: os.PathLike, *, labels: bool
         return {"inputs": rows, "modules": [], "labels": []}
 
     bar = _bar(total, "corpus build", progress)
-    try:
-        _run_job(executor, workers, build_task, _chunks(todo(), chunk_size), (str(corpus.path), options),
-                 on_result, on_lost, bar)
-    finally:
-        writer.flush()
-        bar.close()
+    _run_job(executor, workers, build_task, _chunks(todo(), chunk_size), (str(corpus.path), options),
+             on_result, on_lost, bar, writer)
     summary.seconds = time.perf_counter() - start
     if description is not None:
         corpus.record_source(dict(description, summary=summary.to_dict(),
@@ -417,9 +419,7 @@ def label_corpus(store: os.PathLike, *, executor: Optional[Executor] = None, wor
                  shard_rows: int = DEFAULT_SHARD_ROWS, flush_seconds: float = DEFAULT_FLUSH_SECONDS) -> JobSummary:
     """Compute labels for every stored module that has none yet (resumable like a build)."""
     start = time.perf_counter()
-    corpus = CorpusStore(store)
-    corpus.check_writable()
-    corpus.clean_temporary()
+    corpus = _open_for_writing(store)
     have = corpus.keys("labels")
     todo_count = len(corpus.keys("modules") - have)
     summary = JobSummary(total=todo_count)
@@ -440,12 +440,8 @@ def label_corpus(store: os.PathLike, *, executor: Optional[Executor] = None, wor
                            for sha, _ in chunk]}
 
     bar = _bar(todo_count, "labels", progress)
-    try:
-        _run_job(executor, workers, label_task, _chunks(_stored_modules(corpus, have), chunk_size),
-                 (str(corpus.path), JobOptions(timeout=timeout)), on_result, on_lost, bar)
-    finally:
-        writer.flush()
-        bar.close()
+    _run_job(executor, workers, label_task, _chunks(_stored_modules(corpus, have), chunk_size),
+             (str(corpus.path), JobOptions(timeout=timeout)), on_result, on_lost, bar, writer)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -465,9 +461,7 @@ def compute_spectra(store: os.PathLike, probes=None, *, executor: Optional[Execu
 
     start = time.perf_counter()
     probe_set = load_probes(probes)
-    corpus = CorpusStore(store)
-    corpus.check_writable()
-    corpus.clean_temporary()
+    corpus = _open_for_writing(store)
     have = corpus.keys("spectra", probe_set=probe_set.hash)
     wanted = corpus.keys("modules") if only is None else corpus.keys("modules") & set(only)
     todo_count = len(wanted - have)
@@ -487,11 +481,7 @@ def compute_spectra(store: os.PathLike, probes=None, *, executor: Optional[Execu
                             for sha, _ in chunk]}
 
     bar = _bar(todo_count, "spectra", progress)
-    try:
-        _run_job(executor, workers, spectra_task, _chunks(_stored_modules(corpus, have, wanted), chunk_size),
-                 (probe_set.pipelines(), JobOptions(timeout=timeout)), on_result, on_lost, bar)
-    finally:
-        writer.flush()
-        bar.close()
+    _run_job(executor, workers, spectra_task, _chunks(_stored_modules(corpus, have, wanted), chunk_size),
+             (probe_set.pipelines(), JobOptions(timeout=timeout)), on_result, on_lost, bar, writer)
     summary.seconds = time.perf_counter() - start
     return summary
