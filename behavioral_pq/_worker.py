@@ -42,6 +42,9 @@ def _handle(native, request, progress):
     if op == "after":
         _, bitcodes, pipelines, threads = request
         return native.autophase_after(bitcodes, pipelines, threads, progress)
+    if op == "tree":
+        _, roots, parents, edges, wanted, keep, threads = request
+        return native.autophase_tree(roots, parents, edges, wanted, keep, threads, progress)
     raise ValueError(f"unknown request {op!r}")
 
 

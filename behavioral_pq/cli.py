@@ -233,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_corpus_parsers(sub)
 
+    from behavioral_pq.cli_probes import add_parsers as add_probes_parsers
+
+    add_probes_parsers(sub)
+
     p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
     p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
     p.set_defaults(func=cmd_demo)
@@ -247,6 +251,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("bpq: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (ValueError, OSError, RuntimeError, TimeoutError) as exc:  # BPQError subclasses these
         if os.environ.get("BPQ_DEBUG"):
             raise

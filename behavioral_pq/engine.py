@@ -70,9 +70,10 @@ def check_pipeline(pipeline: str) -> str:
 @dataclass
 class _Task:
     request: tuple
-    modules: List[int] = field(default_factory=list)  # batch indices, for "after"
+    modules: List[int] = field(default_factory=list)  # batch indices ("after") or root indices ("tree")
     first_pipeline: int = 0  # pipelines[first_pipeline : first_pipeline + count] of the batch
     pipeline_count: int = 0
+    nodes: List[int] = field(default_factory=list)  # batch node indices, for "tree"
 
 
 class _WorkerDied(Exception):
@@ -326,6 +327,129 @@ class Engine:
             if error is not None:
                 features[m] = 0
         return features, errors
+
+    def autophase_tree(self, roots: Sequence[bytes], parents: Sequence[int], edges: Sequence[str], *,
+                       wanted: Optional[Sequence[bool]] = None, keep: Optional[Sequence[bool]] = None,
+                       names: Optional[Sequence[str]] = None,
+                       ) -> Tuple[np.ndarray, Dict[int, bytes], List[Optional[BPQError]]]:
+        """Evaluate pass sequences that share prefixes as a tree (the probe search's hot loop).
+
+        Node k applies pipeline ``edges[k]`` to the state of its parent: node ``parents[k]`` if >= 0, else
+        ``roots[-parents[k] - 1]`` (bitcode). Parents come before children. A sequence evaluated this way
+        gives the same module as the sequence applied from scratch, while shared prefixes run once.
+
+        Args:
+            wanted: nodes whose Autophase vector is wanted (default: all).
+            keep: nodes whose bitcode is returned (default: none).
+            names: one name per root, for error messages.
+
+        Returns:
+            features: int64 (K, 56), zero where not wanted or failed.
+            kept: {node: bitcode} for kept nodes that succeeded.
+            errors: K entries, None or the error of the node (a failed node fails its subtree; a crash or
+                timeout is charged to the node that was running and the rest of its tree is retried).
+        """
+        k = len(parents)
+        if len(edges) != k:
+            raise ValueError("autophase_tree: need one edge per node")
+        wanted = [True] * k if wanted is None else [bool(x) for x in wanted]
+        keep = [False] * k if keep is None else [bool(x) for x in keep]
+        if len(wanted) != k or len(keep) != k:
+            raise ValueError("autophase_tree: wanted and keep need one entry per node")
+        edges = [check_pipeline(p) for p in edges]
+        parents = [int(p) for p in parents]
+        for i, p in enumerate(parents):
+            if not -len(roots) <= p < i:
+                raise ValueError(f"autophase_tree: node {i} has parent {p}; parents must come first")
+        names = list(names) if names is not None else [f"module[{r}]" for r in range(len(roots))]
+        features = np.zeros((k, NUM_AUTOPHASE), dtype=np.int64)
+        kept: Dict[int, bytes] = {}
+        errors: List[Optional[BPQError]] = [None] * k
+        if k == 0:
+            return features, kept, errors
+        children: List[List[int]] = [[] for _ in range(k)]
+        root_of = [0] * k
+        for i, p in enumerate(parents):
+            if p >= 0:
+                children[p].append(i)
+                root_of[i] = root_of[p]
+            else:
+                root_of[i] = -p - 1
+
+        def task_for(nodes: List[int], threads: Optional[int] = None) -> _Task:
+            task_roots = list(dict.fromkeys(root_of[i] for i in nodes))
+            local_root = {r: j for j, r in enumerate(task_roots)}
+            local = {n: j for j, n in enumerate(nodes)}
+            request = ("tree", [bytes(roots[r]) for r in task_roots],
+                       [local[parents[i]] if parents[i] >= 0 else -local_root[root_of[i]] - 1 for i in nodes],
+                       [edges[i] for i in nodes], [wanted[i] for i in nodes], [keep[i] for i in nodes],
+                       threads or self.threads)
+            return _Task(request, modules=task_roots, nodes=nodes)
+
+        def fail(node: int, error: BPQError) -> None:
+            stack = [node]
+            while stack:
+                n = stack.pop()
+                errors[n] = errors[n] or error
+                stack += children[n]
+
+        def on_reply(task: _Task, reply) -> None:
+            status, value = reply
+            if status != "ok":
+                for n in task.nodes:
+                    errors[n] = errors[n] or InvalidIRError(f"{names[root_of[n]]}: {value}")
+                return
+            out, task_kept, messages = value
+            for j, n in enumerate(task.nodes):
+                if messages[j]:
+                    errors[n] = errors[n] or InvalidIRError(f"{names[root_of[n]]}: {messages[j]}")
+                else:
+                    features[n] = out[j]
+            for j, bitcode in task_kept.items():
+                kept[task.nodes[j]] = bitcode
+
+        def on_failure(task: _Task, worker: _Worker, culprit: Optional[Tuple[int, int]], timed_out: bool
+                       ) -> List[_Task]:
+            if culprit is None or culprit[1] < 0:
+                if len(task.modules) > 1 or task.request[-1] > 1:  # isolate root by root, one thread each
+                    return [task_for([n for n in task.nodes if root_of[n] == r], threads=1) for r in task.modules]
+                culprit = (0, 0)
+            node = task.nodes[culprit[1]]
+            fail(node, self._engine_error(worker, timed_out, names[root_of[node]], edges[node], node))
+            rest = [n for n in task.nodes if errors[n] is None]
+            return [task_for(rest)] if rest else []
+
+        # Units of work are the subtrees under each root's first nodes; they go into tasks of similar cost
+        # (root bitcode size x pipeline text below), so a large module's tree spreads over the workers.
+        units: Dict[int, List[int]] = {}
+        top_of = [0] * k
+        for i, p in enumerate(parents):
+            top_of[i] = i if p < 0 else top_of[p]
+            units.setdefault(top_of[i], []).append(i)
+        cost = {u: float(len(roots[root_of[u]])) * sum(len(edges[i]) for i in nodes) for u, nodes in units.items()}
+        target = sum(cost.values()) / (max(1, self.workers) * 8)
+        tasks: List[_Task] = []
+        group: List[int] = []
+        group_cost = 0.0
+        for u in sorted(units, key=lambda u: -cost[u]):  # largest first
+            group += units[u]
+            group_cost += cost[u]
+            if group_cost >= target:
+                tasks.append(task_for(sorted(group)))
+                group, group_cost = [], 0.0
+        if group:
+            tasks.append(task_for(sorted(group)))
+
+        if self.workers == 0:
+            for task in tasks:
+                on_reply(task, ("ok", native.autophase_tree(*task.request[1:])))
+        else:
+            self._execute(tasks, on_reply, on_failure)
+        for i, error in enumerate(errors):
+            if error is not None:
+                features[i] = 0
+                kept.pop(i, None)
+        return features, kept, errors
 
     # -- internals -----------------------------------------------------------------------------------------
     def _after_task(self, bitcodes, pipelines, modules, first, count, threads=None) -> _Task:

@@ -21,7 +21,8 @@ from behavioral_pq.catalog import PASSES, get_pass, sequence_pipeline
 from behavioral_pq.errors import BPQError, ProbeSetError
 
 FORMAT_VERSION = 1
-DEFAULT_PROBES = "provisional-random-p100-l50-s0.json"
+PROVISIONAL_PROBES = "provisional-random-p100-l50-s0"  # the seeded-random set the search replaced
+DEFAULT_PROBES = PROVISIONAL_PROBES + ".json"
 
 
 @dataclass(frozen=True)
@@ -116,13 +117,21 @@ class ProbeSet:
         return probes
 
 
+def shipped_probe_sets() -> Tuple[str, ...]:
+    """Names of the probe sets that ship with the package (``load_probes(name)`` loads one)."""
+    folder = resources.files("behavioral_pq").joinpath("data/probes")
+    return tuple(sorted(f.name[:-5] for f in folder.iterdir() if f.name.endswith(".json")))
+
+
 def load_probes(path: Union[str, os.PathLike, ProbeSet, None] = None) -> ProbeSet:
-    """Load a probe set from JSON; None gives the package default."""
+    """Load a probe set: a JSON file, the name of a shipped set (see :func:`shipped_probe_sets`), or None for
+    the package default."""
     if isinstance(path, ProbeSet):
         return path
-    if path is None:
-        text = resources.files("behavioral_pq").joinpath("data/probes", DEFAULT_PROBES).read_text()
-        return ProbeSet.from_dict(json.loads(text), origin=f"default probe set {DEFAULT_PROBES}")
+    if path is None or (isinstance(path, str) and not os.path.exists(path) and path in shipped_probe_sets()):
+        filename = DEFAULT_PROBES if path is None else path + ".json"
+        text = resources.files("behavioral_pq").joinpath("data/probes", filename).read_text()
+        return ProbeSet.from_dict(json.loads(text), origin=f"shipped probe set {filename}")
     path = Path(path)
     try:
         text = path.read_text()

@@ -119,6 +119,18 @@ class Corpus:
             raise CorpusError(f"{self.path}: no split named {name!r} (have {sorted(set(splits.values()))})")
         return chosen
 
+    def pretraining(self) -> List[str]:
+        """Hashes of the pretraining corpus: every module except the labelled (downstream) modules of the valid
+        and test splits, so that nothing evaluated downstream is seen in pretraining or probe search.
+        An unsplit store gives every module."""
+        everything = sorted(self.store.keys("modules"))
+        splits = self.store.splits()
+        if not splits:
+            return everything
+        labelled = set(self.labels().column("sha256").to_pylist()) if self.store.keys("labels") else set()
+        held = {s for s in labelled if splits.get(s) in ("valid", "test")}
+        return [s for s in everything if s not in held]
+
     def info(self, *, verify: bool = False) -> dict:
         """Counts, size distribution, label distribution, failures, splits and spectra of the store."""
         from behavioral_pq.catalog import PASSES

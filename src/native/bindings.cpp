@@ -112,6 +112,33 @@ PYBIND11_MODULE(_native, m) {
   }, py::arg("bitcodes"), py::arg("pipelines"), py::arg("threads") = 1, py::arg("progress") = py::none(),
      "Returns (int64 (N, P + 1, 56), list of N error messages or None). Row 0 is the module as given.");
 
+  m.def("autophase_tree", [](const std::vector<py::bytes> &roots, const std::vector<int64_t> &parents,
+                             const std::vector<std::string> &edges, const std::vector<uint8_t> &wanted,
+                             const std::vector<uint8_t> &keep, int threads, const py::object &progress) {
+    std::vector<std::string> in;
+    in.reserve(roots.size());
+    for (const py::bytes &b : roots) in.push_back(bytesOf(b));
+    Progress p = progressOf(progress);
+    TreeResult result;
+    {
+      py::gil_scoped_release release;
+      result = autophaseTree(in, parents, edges, wanted, keep, threads, p);
+    }
+    const auto k = static_cast<py::ssize_t>(parents.size());
+    py::array_t<int64_t> features({k, static_cast<py::ssize_t>(kNumAutophase)});
+    std::copy(result.features.begin(), result.features.end(), features.mutable_data());
+    py::dict kept;
+    py::list errors;
+    for (py::ssize_t i = 0; i < k; ++i) {
+      if (keep[i] && result.errors[i].empty()) kept[py::int_(i)] = py::bytes(result.kept[i]);
+      errors.append(result.errors[i].empty() ? py::object(py::none()) : py::str(result.errors[i]));
+    }
+    return py::make_tuple(features, kept, errors);
+  }, py::arg("roots"), py::arg("parents"), py::arg("edges"), py::arg("wanted"), py::arg("keep"),
+     py::arg("threads") = 1, py::arg("progress") = py::none(),
+     "Prefix-tree evaluation: returns (int64 (K, 56) Autophase at wanted nodes, {node: bitcode} at kept nodes, "
+     "list of K error messages or None). parents[k] >= 0 is a node, -r-1 is roots[r].");
+
   m.def("time_pipelines", [](const py::bytes &bitcode, const std::vector<std::string> &pipelines) {
     std::string in = bytesOf(bitcode);
     py::gil_scoped_release release;

@@ -35,10 +35,10 @@ std::unique_ptr<Module> parseBitcode(std::string_view bitcode, LLVMContext &ctx)
   return std::move(*M);
 }
 
-std::string writeBitcode(const Module &M) {
+std::string writeBitcode(const Module &M, bool preserveUseListOrder) {
   std::string out;
   raw_string_ostream os(out);
-  WriteBitcodeToFile(M, os);
+  WriteBitcodeToFile(M, os, preserveUseListOrder);
   os.flush();
   return out;
 }
@@ -240,6 +240,92 @@ BatchResult autophaseAfter(const std::vector<std::string> &bitcodes, const std::
   } else {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+    for (std::thread &t : pool) t.join();
+  }
+  return result;
+}
+
+TreeResult autophaseTree(const std::vector<std::string> &roots, const std::vector<int64_t> &parents,
+                         const std::vector<std::string> &edges, const std::vector<uint8_t> &wanted,
+                         const std::vector<uint8_t> &keep, int threads, const Progress &progress) {
+  const int64_t numNodes = static_cast<int64_t>(parents.size());
+  const int64_t numRoots = static_cast<int64_t>(roots.size());
+  if (edges.size() != parents.size() || wanted.size() != parents.size() || keep.size() != parents.size())
+    throw InputError("tree: parents, edges, wanted and keep must have one entry per node");
+  std::vector<std::vector<int64_t>> children(numNodes), top(numRoots);
+  for (int64_t k = 0; k < numNodes; ++k) {
+    const int64_t p = parents[k];
+    if (p >= k || p < -numRoots) throw InputError("tree: node " + std::to_string(k) + " has a bad parent");
+    (p >= 0 ? children[p] : top[-p - 1]).push_back(k);
+  }
+  TreeResult result;
+  result.features.assign(numNodes * kNumAutophase, 0);
+  result.kept.assign(numNodes, "");
+  result.errors.assign(numNodes, "");
+
+  auto work = [&](int thread, int64_t r, Runner &runner) {
+    // Depth-first. A frame is a node whose parent state is either `source` bitcode to parse, or the module
+    // currently held in `held` (the parent's only child continues in place).
+    struct Frame {
+      int64_t node;
+      std::shared_ptr<const std::string> source;  // null: continue in `held`
+    };
+    auto failSubtree = [&](int64_t k, const std::string &message) {
+      std::vector<int64_t> stack{k};
+      while (!stack.empty()) {
+        const int64_t n = stack.back();
+        stack.pop_back();
+        result.errors[n] = message;
+        stack.insert(stack.end(), children[n].begin(), children[n].end());
+      }
+    };
+    auto rootSource = std::make_shared<const std::string>(roots[r]);
+    std::vector<Frame> stack;
+    for (auto it = top[r].rbegin(); it != top[r].rend(); ++it) stack.push_back({*it, rootSource});
+    Runner::Copy held;
+    while (!stack.empty()) {
+      const Frame frame = stack.back();
+      stack.pop_back();
+      const int64_t k = frame.node;
+      progress.begin(thread, r, k);
+      try {
+        if (frame.source) {
+          held.module.reset();  // a module must go before its context
+          held = runner.parse(*frame.source);
+        }
+        runner.run(*held.module, *runner.pipeline(edges[k]));
+        if (wanted[k]) {
+          const AutophaseVector v = autophase(*held.module);
+          std::copy(v.begin(), v.end(), result.features.begin() + k * kNumAutophase);
+        }
+        const bool branches = children[k].size() > 1;
+        std::shared_ptr<const std::string> bitcode;
+        // Use-list order is part of the state: passes visit uses in that order, and a round trip that
+        // lost it would make a sequence's result depend on where the tree happened to branch.
+        if (keep[k] || branches)
+          bitcode = std::make_shared<const std::string>(writeBitcode(*held.module, /*preserveUseListOrder=*/true));
+        if (keep[k]) result.kept[k] = *bitcode;
+        for (auto it = children[k].rbegin(); it != children[k].rend(); ++it)
+          stack.push_back({*it, branches ? bitcode : nullptr});
+      } catch (const std::exception &e) {
+        failSubtree(k, e.what());  // its children were not pushed yet
+        held.module.reset();
+      }
+      progress.end(thread);
+    }
+  };
+
+  std::atomic<int64_t> next{0};
+  auto loop = [&](int thread) {
+    Lease lease;
+    for (int64_t r; (r = next.fetch_add(1)) < numRoots;) work(thread, r, *lease.runner);
+  };
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(numRoots)));
+  if (threads == 1) {
+    loop(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(loop, t);
     for (std::thread &t : pool) t.join();
   }
   return result;

@@ -27,7 +27,9 @@ struct InputError : std::invalid_argument {
 std::string prepare(std::string_view data, const std::string &name);
 
 std::unique_ptr<llvm::Module> parseBitcode(std::string_view bitcode, llvm::LLVMContext &ctx);
-std::string writeBitcode(const llvm::Module &M);
+// With `preserveUseListOrder`, parsing the result gives the same use lists as `M` (bitcode of an
+// intermediate state that must continue exactly as if in memory).
+std::string writeBitcode(const llvm::Module &M, bool preserveUseListOrder = false);
 std::string bitcodeToText(std::string_view bitcode);
 
 // Empty when `pipeline` is a valid new-pass-manager pipeline, else the parser's message.
@@ -55,6 +57,22 @@ struct BatchResult {
 };
 BatchResult autophaseAfter(const std::vector<std::string> &bitcodes, const std::vector<std::string> &pipelines,
                            int threads, const Progress &progress);
+
+// Prefix-tree evaluation of many pass sequences on shared starting points. Node k applies `edges[k]` (a
+// pipeline) to the state of its parent: node `parents[k]` if >= 0, else root bitcode `roots[-parents[k] - 1]`.
+// Nodes come in topological order (parents[k] < k). A chain applies its edge in place; where a node has several
+// children its state is written to bitcode once and each child parses its own copy, exactly as a sequence
+// evaluated from scratch parses a fresh copy. Root subtrees are spread over `threads` threads.
+// Progress slots report (root, node). Returns Autophase at nodes with `wanted[k]`, bitcode at nodes with
+// `keep[k]`, and per node an error (a failed node fails its subtree).
+struct TreeResult {
+  std::vector<int64_t> features;    // (K, 56), row-major; zero where not wanted or failed
+  std::vector<std::string> kept;    // (K,), bitcode where keep[k], else empty
+  std::vector<std::string> errors;  // (K,), empty string = success
+};
+TreeResult autophaseTree(const std::vector<std::string> &roots, const std::vector<int64_t> &parents,
+                         const std::vector<std::string> &edges, const std::vector<uint8_t> &wanted,
+                         const std::vector<uint8_t> &keep, int threads, const Progress &progress);
 
 // Timing floor for benchmarks: only the P pipeline runs of one module, in this thread, copies made outside
 // the timed region. Returns {seconds in passes, seconds parsing copies, seconds extracting features}.
