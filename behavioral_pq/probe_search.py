@@ -43,7 +43,8 @@ class SearchConfig:
         num_probes: P, the number of clusters and probes.
         sample: modules per cluster the GA judges a sequence on.
         max_instructions: the GA sample is drawn from a cluster's modules up to this size (the smallest larger
-            ones fill in when a cluster has too few), which bounds the cost of the hot loop.
+            ones fill in when a cluster has too few, within half of ``sample * max_instructions``
+            instructions in all), which bounds the cost of the hot loop.
         holdout: modules per cluster, outside the GA sample, the report measures a probe on.
         ga: genetic-algorithm settings; cluster c searches with seed ``ga.seed * 1000 + c``.
         checkpoint: FitnessCache prefix-state interval.
@@ -133,8 +134,16 @@ def choose_samples(members: Sequence[str], instruction_counts: Dict[str, int], c
     if len(small) >= config.sample:
         sample = [small[i] for i in sorted(rng.choice(len(small), config.sample, replace=False))]
     else:
-        sample = small + sorted((s for s in members if s not in set(small)),
-                                key=lambda s: instruction_counts[s])[:config.sample - len(small)]
+        # Too few modules within the size bound: the smallest larger ones fill in while the sample stays within
+        # half a full sample's instruction budget (a cluster of 100,000-instruction modules would
+        # otherwise cost hours), and at least one module.
+        budget = config.sample * config.max_instructions / 2 - sum(instruction_counts[s] for s in small)
+        sample = list(small)
+        for s in sorted((s for s in members if s not in set(small)), key=lambda s: (instruction_counts[s], s)):
+            if len(sample) >= config.sample or (sample and instruction_counts[s] > budget):
+                break
+            sample.append(s)
+            budget -= instruction_counts[s]
     rest = [s for s in members if s not in set(sample)]
     holdout = [rest[i] for i in sorted(rng.choice(len(rest), min(config.holdout, len(rest)), replace=False))]
     return sorted(sample), holdout

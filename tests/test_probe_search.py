@@ -52,8 +52,12 @@ def test_samples_prefer_small_modules_and_holdout_is_disjoint():
     assert len(sample) == 3 and all(counts[s] <= 450 for s in sample)
     assert len(holdout) == 4 and not set(sample) & set(holdout)
     assert (sample, holdout) == choose_samples(list(counts)[::-1], counts, config, cluster=0)
-    few, _ = choose_samples(list(counts), counts, SearchConfig(sample=3, max_instructions=150), cluster=0)
-    assert few == ["m0", "m1", "m2"], "the smallest larger modules fill in"
+    few, _ = choose_samples(list(counts), counts, SearchConfig(sample=3, max_instructions=300), cluster=0)
+    assert len(few) == 3 and set(few) < {"m0", "m1", "m2", "m3"}, "drawn among the modules within the bound"
+    fill, _ = choose_samples(list(counts), counts, SearchConfig(sample=5, max_instructions=250), cluster=0)
+    assert fill == ["m0", "m1", "m2", "m3"], "the smallest larger module fills in within the budget (625 - 300)"
+    capped, _ = choose_samples(["m7", "m8", "m9"], counts, SearchConfig(sample=4, max_instructions=100), cluster=0)
+    assert capped == ["m7"], "a cluster of large modules is judged on its smallest one"
 
 
 def test_search_writes_state_resumes_and_refuses_another_config(tiny_store, tmp_path, engine, monkeypatch):
