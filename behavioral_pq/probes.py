@@ -22,7 +22,7 @@ from behavioral_pq.errors import BPQError, ProbeSetError
 
 FORMAT_VERSION = 1
 PROVISIONAL_PROBES = "provisional-random-p100-l50-s0"  # the seeded-random set the search replaced
-DEFAULT_PROBES = PROVISIONAL_PROBES + ".json"
+DEFAULT_PROBES = "searched-p100-l50-s0.json"  # bpq probes search on the project corpus (probes/)
 
 
 @dataclass(frozen=True)

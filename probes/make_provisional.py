@@ -1,4 +1,4 @@
-"""Write the provisional probe set shipped with the package until the searched one (probe search) replaces it.
+"""Write the provisional probe set that shipped before the searched one (it still ships, as a baseline).
 
     python probes/make_provisional.py [--num-probes 100] [--length 50] [--seed 0]
 

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 EXAMPLES = Path(str(resources.files("behavioral_pq").joinpath("data/examples")))
 

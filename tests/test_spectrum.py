@@ -66,10 +66,24 @@ def test_spectra_of_a_large_module_spread_over_workers(examples, tmp_path):
     np.testing.assert_array_equal(split.autophase, whole.autophase)
 
 
-def test_default_probe_set_is_provisional_and_stable():
+def test_default_probe_set_is_the_searched_one_and_stable():
     probes = bpq.load_probes()
-    assert probes.provisional and probes.num_probes == 100 and probes.length == 50
-    assert probes == random_probes(100, 50, seed=0)
+    assert probes.name == "searched-p100-l50-s0" and not probes.provisional
+    assert probes.num_probes == 100 and all(len(s) == 50 for s in probes.sequences)
+    # The content hash covers the sequences and the LLVM major version: pinned so an edit cannot slip through.
+    assert probes.hash == "872832b632a9cf37fe4d648b4f90ef09443c589f56389c95e72eb6827356bebe"
+    assert probes.search["config"]["ga"]["generations"] == 40 and len(probes.search["cluster_sizes"]) == 100
+    # The set in probes/ (with its report) is the one the package ships.
+    from conftest import ROOT
+    assert bpq.load_probes(ROOT / "probes" / "searched-p100-l50-s0" / "searched-p100-l50-s0.json") == probes
+
+
+def test_provisional_probe_set_still_ships_and_is_stable():
+    from behavioral_pq.probes import PROVISIONAL_PROBES, shipped_probe_sets
+
+    assert set(shipped_probe_sets()) == {"searched-p100-l50-s0", PROVISIONAL_PROBES}
+    probes = bpq.load_probes(PROVISIONAL_PROBES)
+    assert probes.provisional and probes == random_probes(100, 50, seed=0)
     assert probes.hash == random_probes(100, 50, seed=0).hash
 
 
