@@ -27,7 +27,6 @@ import numpy as np
 from behavioral_pq.catalog import BASELINES, PASSES, sequence_pipeline
 from behavioral_pq.engine import Engine, default_engine
 from behavioral_pq.errors import BPQError
-from behavioral_pq.features import AUTOPHASE_FEATURES
 from behavioral_pq.module import Module
 from behavioral_pq.probes import ProbeSet
 from behavioral_pq.search import TOTAL_INSTS, FitnessCache, GAConfig, PassSequence, genetic_search
@@ -182,23 +181,15 @@ def search_cluster(cluster: int, size: int, sample: Sequence[Module], holdout: S
         rejected.append(sequence)
     if chosen is None:
         raise BPQError(f"cluster {cluster}: no sequence of the final population was deterministic")
-    return ClusterResult(cluster=cluster, size=size, sample=[m.name for m in sample], holdout=list(holdout),
+    return ClusterResult(cluster=cluster, size=size, sample=[m.sha256 for m in sample], holdout=list(holdout),
                          sequence=chosen[0], fitness=float(chosen[1]), history=result.history,
                          rejected=rejected, evaluations=cache.misses, passes=cache.passes_run,
                          seconds=time.monotonic() - start)
 
 
-def load_bitcode(corpus, shas: Sequence[str]) -> Dict[str, Module]:
-    """Modules of ``corpus`` by hash, named by their hash (one pass over the store)."""
-    wanted = set(shas)
-    return {m.name: m for m in _iter_named(corpus, wanted)}
-
-
-def _iter_named(corpus, wanted: set):
-    for batch in corpus.store.iter_batches("modules", ["sha256", "bitcode"], batch_size=512):
-        for sha, bitcode in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-            if sha in wanted:
-                yield Module(bitcode, name=sha)
+def load_bitcode(corpus, shas) -> Dict[str, Module]:
+    """Modules of ``corpus`` by hash (one pass over the store)."""
+    return {m.sha256: m for m in corpus.iter_modules(only=set(shas))}
 
 
 def search_probes(corpus, shas: Sequence[str], out_dir: os.PathLike, config: SearchConfig = SearchConfig(), *,

@@ -180,6 +180,18 @@ struct Lease {
   Runner *operator->() { return runner.get(); }
 };
 
+// Runs work(thread) on `threads` threads (at least one; the caller's thread when one).
+template <typename F>
+void onThreads(int64_t threads, F work) {
+  if (threads <= 1) {
+    work(0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+  for (std::thread &t : pool) t.join();
+}
+
 }  // namespace
 
 std::string checkPipeline(const std::string &pipeline) {
@@ -234,14 +246,7 @@ BatchResult autophaseAfter(const std::vector<std::string> &bitcodes, const std::
       progress.end(thread);
     }
   };
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(numModules * rows)));
-  if (threads == 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
-    for (std::thread &t : pool) t.join();
-  }
+  onThreads(std::min<int64_t>(threads, numModules * rows), work);
   return result;
 }
 
@@ -320,14 +325,7 @@ TreeResult autophaseTree(const std::vector<std::string> &roots, const std::vecto
     Lease lease;
     for (int64_t r; (r = next.fetch_add(1)) < numRoots;) work(thread, r, *lease.runner);
   };
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(numRoots)));
-  if (threads == 1) {
-    loop(0);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(loop, t);
-    for (std::thread &t : pool) t.join();
-  }
+  onThreads(std::min<int64_t>(threads, numRoots), loop);
   return result;
 }
 
