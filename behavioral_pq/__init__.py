@@ -39,6 +39,9 @@ _EXPORTS = {
     "ProbeSet": "behavioral_pq.probes",
     "load_probes": "behavioral_pq.probes",
     "Engine": "behavioral_pq.engine",
+    "embed": "behavioral_pq.encoder",
+    "embed_many": "behavioral_pq.encoder",
+    "load_encoder": "behavioral_pq.encoder",
     "BPQError": "behavioral_pq.errors",
     "InvalidIRError": "behavioral_pq.errors",
     "UnknownPassError": "behavioral_pq.errors",
@@ -50,6 +53,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from behavioral_pq.catalog import PASSES
+    from behavioral_pq.encoder import embed, embed_many, load_encoder
     from behavioral_pq.engine import Engine
     from behavioral_pq.errors import BPQError, InvalidIRError, PassCrashError, PassTimeoutError, UnknownPassError
     from behavioral_pq.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount

@@ -237,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_probes_parsers(sub)
 
+    from behavioral_pq.cli_encoder import add_parsers as add_encoder_parsers
+
+    add_encoder_parsers(sub)
+
     p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
     p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
     p.set_defaults(func=cmd_demo)

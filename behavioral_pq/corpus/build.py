@@ -272,6 +272,8 @@ def _run_job(executor: Optional[Executor], workers: Optional[int], task: Callabl
             return
         done, _ = wait(list(pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
         for future in done:
+            if future not in pending:  # resubmitted already, after an earlier future of the same dead pool
+                continue
             chunk, retried = pending.pop(future)
             try:
                 result = future.result()

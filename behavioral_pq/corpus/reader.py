@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -76,8 +76,13 @@ class Corpus:
                 if only is None or sha in only:
                     yield Module(bitcode, name=sha[:12])
 
-    def spectra(self, probes=None, *, shas: Optional[Sequence[str]] = None) -> Tuple[List[str], np.ndarray]:
-        """Stored spectra for a probe set: (module hashes, float32 (N, P, 56)); failed modules are left out.
+    def iter_spectra(self, probes=None, *, shas: Optional[Iterable[str]] = None, batch_size: int = 1024
+                     ) -> Iterator[Tuple[List[str], np.ndarray]]:
+        """Stream stored spectra for a probe set in store order: (module hashes, float32 (n, P, 56)) per batch;
+        failed modules are left out.
+
+        Memory: one batch of spectra plus the modules' original Autophase rows (56 int32 per module), never all
+        spectra at once.
 
         Raises:
             CorpusError: no spectra stored for that probe set (run ``bpq corpus spectra`` first).
@@ -90,24 +95,40 @@ class Corpus:
             raise CorpusError(f"{self.path}: no spectra for probe set {probe_set.hash[:12]} ({probe_set.name}); "
                               f"run: bpq corpus spectra {self.path} --probes ...")
         wanted = set(shas) if shas is not None else None
-        after: Dict[str, bytes] = {}
-        for batch in self.store.iter_batches("spectra", ["sha256", "status", "autophase_after"],
-                                             probe_set=probe_set.hash):
-            for sha, status, blob in zip(*(c.to_pylist() for c in batch.columns)):
-                if status == "ok" and (wanted is None or sha in wanted):
-                    after[sha] = blob
-        before = {}
+        before: Dict[str, np.ndarray] = {}
         for batch in self.store.iter_batches("modules", ["sha256", "autophase"]):
             for sha, row in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-                if sha in after:
-                    before[sha] = row
-        order = list(shas) if shas is not None else sorted(after)
-        order = [s for s in order if s in after]
+                if wanted is None or sha in wanted:
+                    before[sha] = np.asarray(row, dtype=np.int32)
         p = probe_set.num_probes
-        optimized = np.stack([np.frombuffer(after[s], dtype="<i4").reshape(p, 56) for s in order]) if order \
-            else np.zeros((0, p, 56), np.int32)
-        original = np.array([before[s] for s in order], dtype=np.int64).reshape(len(order), 1, 56)
-        return order, log_relative(original, optimized)
+        for batch in self.store.iter_batches("spectra", ["sha256", "status", "autophase_after"],
+                                             probe_set=probe_set.hash, batch_size=batch_size):
+            order, after = [], []
+            for sha, status, blob in zip(*(c.to_pylist() for c in batch.columns)):
+                if status == "ok" and sha in before:
+                    order.append(sha)
+                    after.append(np.frombuffer(blob, dtype="<i4").reshape(p, 56))
+            if order:
+                original = np.stack([before[s] for s in order]).astype(np.int64)[:, None, :]   # (n, 1, 56)
+                yield order, log_relative(original, np.stack(after))
+
+    def spectra(self, probes=None, *, shas: Optional[Sequence[str]] = None) -> Tuple[List[str], np.ndarray]:
+        """Stored spectra for a probe set: (module hashes, float32 (N, P, 56)), all in memory, in the order of
+        ``shas`` (or sorted); failed modules are left out. See :meth:`iter_spectra` for streaming.
+
+        Raises:
+            CorpusError: no spectra stored for that probe set (run ``bpq corpus spectra`` first).
+        """
+        from behavioral_pq.probes import load_probes
+
+        probe_set = load_probes(probes)
+        found: Dict[str, np.ndarray] = {}
+        for batch_shas, values in self.iter_spectra(probe_set, shas=shas):
+            found.update(zip(batch_shas, values))
+        order = [s for s in (list(shas) if shas is not None else sorted(found)) if s in found]
+        if not order:
+            return [], np.zeros((0, probe_set.num_probes, 56), np.float32)
+        return order, np.stack([found[s] for s in order])
 
     def split(self, name: str) -> List[str]:
         """Module hashes assigned to split ``name`` by the last ``bpq corpus split``."""

@@ -1,0 +1,7 @@
+"""``python -m behavioral_pq`` is ``bpq`` (and ``torchrun -m behavioral_pq pretrain ...`` runs data parallel)."""
+
+import sys
+
+from behavioral_pq.cli import main
+
+sys.exit(main())

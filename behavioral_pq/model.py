@@ -1,0 +1,183 @@
+"""PQ-BERT: a Transformer encoder over the product-quantized codes of a spectrum.
+
+Input: codes, int64 (B, P, M) with values 0..255 (M = 8 sub-spaces, P probes), or MASK_ID (256) where masked.
+Each of the P probe positions is embedded as the concatenation of M sub-embeddings (one table per sub-space),
+a [CLS] vector is prepended, learned position embeddings are added, and a pre-norm Transformer encoder mixes the
+positions. M linear heads predict each sub-space's code at every probe position (the masked-LM objective).
+
+The embedding of a module is the mean of the final hidden states over the P probe positions (``pooling="mean"``,
+the default); ``pooling="cls"`` takes the [CLS] state instead. See the README for the comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MASK_ID = 256          # the extra id of every sub-embedding table
+IGNORE_INDEX = -100    # label of positions that are not masked (ignored by the loss)
+
+
+@dataclass(frozen=True)
+class PQBertConfig:
+    """Hyperparameters of PQ-BERT (Hugging Face field names). ``hidden_size = num_subspaces * sub_embedding_size``."""
+
+    num_probes: int = 100                 # P, sequence length without [CLS]
+    num_subspaces: int = 8                # M, codes per probe
+    codebook_size: int = 256              # codes per sub-space
+    sub_embedding_size: int = 32          # dims per sub-embedding table
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    intermediate_size: int = 1024
+    hidden_dropout_prob: float = 0.1
+    layer_norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"PQBertConfig.{f.name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by "
+                             f"num_attention_heads {self.num_attention_heads}")
+        if not 0.0 <= self.hidden_dropout_prob < 1.0:
+            raise ValueError(f"hidden_dropout_prob must be in [0, 1), got {self.hidden_dropout_prob}")
+
+    @property
+    def hidden_size(self) -> int:
+        return self.num_subspaces * self.sub_embedding_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PQBertConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown PQBertConfig keys: {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "PQBertConfig":
+        """``base`` (the design's start: 4 layers, d_model 256, FFN 1024), ``small`` (the shipped encoder, sized
+        for CPU pretraining: 2 layers, d_model 256, FFN 512) or ``tiny`` (tests: 2 layers, d_model 64)."""
+        presets = {
+            "base": cls(),
+            "small": cls(num_hidden_layers=2, intermediate_size=512),
+            "tiny": cls(sub_embedding_size=8, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                        hidden_dropout_prob=0.0),
+        }
+        if name not in presets:
+            raise ValueError(f"unknown preset {name!r}; known: {sorted(presets)}")
+        return replace(presets[name], **overrides)
+
+
+class PQBert(nn.Module):
+    def __init__(self, config: PQBertConfig):
+        super().__init__()
+        self.config = config
+        c = config
+        self.sub_embeddings = nn.ModuleList(nn.Embedding(c.codebook_size + 1, c.sub_embedding_size)
+                                            for _ in range(c.num_subspaces))
+        self.cls_embedding = nn.Parameter(torch.zeros(c.hidden_size))
+        self.position_embeddings = nn.Embedding(c.num_probes + 1, c.hidden_size)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        layer = nn.TransformerEncoderLayer(c.hidden_size, c.num_attention_heads, c.intermediate_size,
+                                           c.hidden_dropout_prob, activation="gelu", layer_norm_eps=c.layer_norm_eps,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, c.num_hidden_layers, enable_nested_tensor=False)
+        self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.heads = nn.ModuleList(nn.Linear(c.hidden_size, c.codebook_size) for _ in range(c.num_subspaces))
+        self.apply(self._init_weights)
+        nn.init.normal_(self.cls_embedding, std=c.initializer_range)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def hidden_states(self, codes: torch.Tensor) -> torch.Tensor:
+        """Final hidden states, float (B, P + 1, H); position 0 is [CLS]. ``codes``: int64 (B, P, M)."""
+        c = self.config
+        if codes.dim() != 3 or codes.shape[1] != c.num_probes or codes.shape[2] != c.num_subspaces:
+            raise ValueError(f"codes must have shape (B, {c.num_probes}, {c.num_subspaces}), got {tuple(codes.shape)}")
+        B = codes.shape[0]
+        x = torch.cat([table(codes[:, :, m]) for m, table in enumerate(self.sub_embeddings)], dim=-1)  # (B, P, H)
+        x = torch.cat([self.cls_embedding.expand(B, 1, -1), x], dim=1)                                  # (B, P+1, H)
+        x = x + self.position_embeddings.weight                                                         # (B, P+1, H)
+        x = self.encoder(self.dropout(x))                                                               # (B, P+1, H)
+        return self.final_norm(x)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """Logits of every sub-space's code at every probe position, float (B, P, M, 256)."""
+        h = self.hidden_states(codes)[:, 1:]                                         # (B, P, H)
+        return torch.stack([head(h) for head in self.heads], dim=2)                  # (B, P, M, 256)
+
+    def embed(self, codes: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
+        """Embeddings, float (B, H): mean of the P probe states (``mean``) or the [CLS] state (``cls``)."""
+        h = self.hidden_states(codes)                                                # (B, P+1, H)
+        if pooling == "mean":
+            return h[:, 1:].mean(dim=1)
+        if pooling == "cls":
+            return h[:, 0]
+        raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+
+
+def mask_codes(codes: torch.Tensor, probability: float, generator: torch.Generator) -> tuple:
+    """Masked-LM input and labels for codes int64 (B, P, M).
+
+    Each of the P x M sub-word positions is masked independently with ``probability``; masked positions are
+    replaced by MASK_ID in the input and keep their code in the labels; every other label is IGNORE_INDEX.
+    Returns (inputs int64 (B, P, M), labels int64 (B, P, M)).
+    """
+    if not 0.0 < probability < 1.0:
+        raise ValueError(f"mask probability must be in (0, 1), got {probability}")
+    masked = torch.rand(codes.shape, generator=generator) < probability                   # (B, P, M)
+    masked = masked.to(codes.device)
+    inputs = codes.masked_fill(masked, MASK_ID)
+    labels = codes.masked_fill(~masked, IGNORE_INDEX)
+    return inputs, labels
+
+
+def masked_lm_loss(model: PQBert, inputs: torch.Tensor, labels: torch.Tensor, counts: torch.Tensor = None) -> tuple:
+    """Sum over heads of the mean cross-entropy at that head's masked positions.
+
+    Each head's logits are computed only at its masked positions (about 15% of them), not at all P.
+
+    Args:
+        inputs: int64 (B, P, M), MASK_ID where masked.
+        labels: int64 (B, P, M), IGNORE_INDEX where not masked.
+        counts: optional float (M,) masked positions per head to divide by, instead of this batch's own (data
+            parallel training passes the global counts, so that the processes' losses add up to the global one).
+    Returns:
+        (loss scalar, per-head summed cross-entropy float (M,), per-head masked counts float (M,),
+         per-head correct predictions float (M,)); the last three are detached.
+    """
+    h = model.hidden_states(inputs)[:, 1:]                                                 # (B, P, H)
+    loss = h.new_zeros(())
+    summed, own, correct = [], [], []
+    for m, head in enumerate(model.heads):
+        where = labels[:, :, m] != IGNORE_INDEX                                            # (B, P)
+        target = labels[:, :, m][where]                                                    # (n_m,)
+        logits = head(h[where])                                                            # (n_m, 256)
+        ce = F.cross_entropy(logits, target, reduction="sum")
+        n = where.sum().to(h.dtype)
+        loss = loss + ce / (n if counts is None else counts[m]).clamp(min=1)
+        summed.append(ce.detach())
+        own.append(n)
+        correct.append((logits.argmax(-1) == target).sum().to(h.dtype))
+    return loss, torch.stack(summed), torch.stack(own), torch.stack(correct)
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,447 @@
+"""Quantizer, PQ-BERT, pretraining, checkpoints and embed."""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import behavioral_pq as bpq
+from behavioral_pq.checkpoint import CheckpointError, load_checkpoint, save_encoder
+from behavioral_pq.config import ConfigError
+from behavioral_pq.corpus import build_corpus, compute_spectra, discover
+from behavioral_pq.encoder import Encoder, load_encoder
+from behavioral_pq.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
+from behavioral_pq.pretraining import (CodeStream, PretrainConfig, TrainingConfig, global_mask, learning_rate,
+                                       pretrain, prepare, train)
+from behavioral_pq.probes import load_probes, random_probes
+from behavioral_pq.quantizer import Quantizer, QuantizerError
+
+from conftest import EXAMPLES, ROOT
+
+# -- quantizer -------------------------------------------------------------------------------------------------
+
+
+def fitted_quantizer(seed=0, rows=20_000):
+    data = np.random.default_rng(seed).normal(size=(rows, 56)).astype(np.float32)
+    return Quantizer(seed=seed).fit(data), data
+
+
+def test_quantizer_round_trip_is_exact_on_its_own_centroids():
+    q, _ = fitted_quantizer()
+    codes = np.random.default_rng(1).integers(0, 256, size=(5000, 8)).astype(np.uint8)
+    rows = q.decode(codes)
+    assert rows.dtype == np.float32 and rows.shape == (5000, 56)
+    assert np.array_equal(q.encode(rows), codes)
+    assert q.relative_error(rows) == 0.0
+
+
+def test_quantizer_shapes_dtypes_and_diagnostics():
+    q, data = fitted_quantizer()
+    codes = q.encode(data[:100])
+    assert codes.dtype == np.uint8 and codes.shape == (100, 8)
+    assert q.centroids_.shape == (8, 256, 7)
+    assert 0.0 < q.relative_error(data) < 0.5          # 8 bytes for 56 Gaussian floats: coarse but informative
+    usage = q.code_usage(q.encode(data))
+    assert all(u > 0.9 for u in usage["used_fraction"]) and all(100 < p <= 256 for p in usage["perplexity"])
+    with pytest.raises(ValueError, match=r"shape \(N, 56\)"):
+        q.encode(data[:, :50])
+    with pytest.raises(ValueError, match=r"shape \(N, 8\)"):
+        q.decode(codes[:, :4])
+
+
+def test_quantizer_refuses_tiny_data_and_warns_on_little(caplog):
+    rows = np.random.default_rng(0).normal(size=(255, 56)).astype(np.float32)
+    with pytest.raises(QuantizerError, match="on 255 rows"):
+        Quantizer().fit(rows)
+    with pytest.raises(QuantizerError, match="NaN"):
+        Quantizer().fit(np.full((1000, 56), np.nan, np.float32))
+    with caplog.at_level(logging.WARNING, logger="behavioral_pq.quantizer"):
+        Quantizer().fit(np.random.default_rng(0).normal(size=(2000, 56)).astype(np.float32))
+    assert "per centroid" in caplog.text
+    with pytest.raises(QuantizerError, match="not fitted"):
+        Quantizer().encode(rows)
+
+
+def test_quantizer_save_load_and_corruption(tmp_path):
+    q, data = fitted_quantizer()
+    path = q.save(tmp_path / "q.npz")
+    again = Quantizer.load(path)
+    assert np.array_equal(again.centroids_, q.centroids_)
+    assert np.array_equal(again.encode(data), q.encode(data))
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (tmp_path / "flipped.npz").write_bytes(bytes(blob))
+    (tmp_path / "truncated.npz").write_bytes(path.read_bytes()[:1000])
+    for name in ("flipped.npz", "truncated.npz", "missing.npz"):
+        with pytest.raises(QuantizerError, match=name):
+            Quantizer.load(tmp_path / name)
+
+
+# -- model -----------------------------------------------------------------------------------------------------
+
+
+def test_masking_rate_and_loss_only_on_masked_positions():
+    codes = torch.randint(0, 256, (64, 100, 8), generator=torch.Generator().manual_seed(0))
+    inputs, labels = mask_codes(codes, 0.15, torch.Generator().manual_seed(1))
+    masked = labels != IGNORE_INDEX
+    assert abs(masked.float().mean().item() - 0.15) < 0.01
+    assert torch.equal(inputs == MASK_ID, masked)
+    assert torch.equal(labels[masked], codes[masked]) and torch.equal(inputs[~masked], codes[~masked])
+
+    torch.manual_seed(0)
+    model = PQBert(PQBertConfig.preset("tiny")).eval()
+    with torch.no_grad():
+        loss, per_head, counts, _ = masked_lm_loss(model, inputs, labels)
+        logits = model(inputs)                                                        # (B, P, M, 256)
+        expected = sum(torch.nn.functional.cross_entropy(logits[:, :, m][masked[:, :, m]], codes[:, :, m][
+            masked[:, :, m]]) for m in range(8))
+        assert torch.allclose(loss, expected, atol=1e-4)
+        assert torch.equal(counts, masked.sum(dim=(0, 1)).float())
+        # changing labels at unmasked positions cannot change the loss: they are ignored
+        other = labels.clone()
+        other[~masked] = IGNORE_INDEX
+        assert torch.equal(masked_lm_loss(model, inputs, other)[0], loss)
+        # the encoder sees the masked input only: changing a code under a mask changes nothing
+        changed = codes.clone()
+        changed[masked] = (changed[masked] + 1) % 256
+        assert torch.equal(changed.masked_fill(masked, MASK_ID), inputs)
+
+
+def test_tiny_model_overfits_a_small_batch():
+    torch.manual_seed(0)
+    model = PQBert(PQBertConfig.preset("tiny"))
+    codes = torch.randint(0, 256, (8, 100, 8), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    inputs, labels = mask_codes(codes, 0.15, torch.Generator().manual_seed(0))    # one fixed batch
+    first = None
+    for _ in range(100):
+        loss, *_ = masked_lm_loss(model, inputs, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        first = first if first is not None else loss.item()
+    assert first > 8 * 5.0                 # about 8 * ln(256) = 44 at the start
+    assert loss.item() < 8 * 1.0           # it has memorized the batch
+
+
+def test_model_rejects_wrong_shapes_and_configs():
+    model = PQBert(PQBertConfig.preset("tiny"))
+    with pytest.raises(ValueError, match=r"\(B, 100, 8\)"):
+        model(torch.zeros((2, 99, 8), dtype=torch.long))
+    with pytest.raises(ValueError, match="divisible"):
+        PQBertConfig(num_attention_heads=7)
+    with pytest.raises(ValueError, match="unknown preset"):
+        PQBertConfig.preset("huge")
+    with pytest.raises(ValueError, match="pooling"):
+        model.embed(torch.zeros((1, 100, 8), dtype=torch.long), pooling="max")
+
+
+# -- pretraining on synthetic codes ----------------------------------------------------------------------------
+
+
+def synthetic_run(path: Path, modules=512, probes=16, seed=0) -> Path:
+    """A prepared run folder with structured codes: each module draws a latent k; code[p, m] = (k + 7m) mod 256 for every probe p (probes that react alike), so a
+    masked code is predictable from the rest of the module, and not from its position alone."""
+    rng = np.random.default_rng(seed)
+    (path / "codes").mkdir(parents=True)
+    q, _ = fitted_quantizer(rows=12_000)
+    q.save(path / "quantizer.npz")
+    probe_set = random_probes(probes, 4, seed=0)
+    probe_set.save(path / "probes.json")
+
+    def write(name, n):
+        k = rng.permutation(256)[:n] if n <= 256 else rng.integers(0, 256, size=n)   # distinct when possible
+        m = np.arange(8)
+        codes = np.broadcast_to((k[:, None, None] + 7 * m[None, None, :]) % 256, (n, probes, 8)).astype(np.uint8)
+        table = pa.table({"sha256": [f"{name}{i:06d}" for i in range(n)], "codes": [c.tobytes() for c in codes]})
+        pq.write_table(table, path / "codes" / f"{name}.parquet", row_group_size=64)
+
+    write("train", modules)
+    write("valid", 64)
+    write("test", 64)
+    (path / "prepare.json").write_text(json.dumps({"corpus": {"modules": modules, "synthetic": True},
+                                                   "probe_set_hash": probe_set.hash}))
+    return path
+
+
+def tiny_config(**training) -> PretrainConfig:
+    base = dict(batch_size=16, learning_rate=3e-3, warmup_steps=10, max_steps=60, log_every=5, eval_every=30,
+                shuffle_buffer=128)
+    base.update(training)
+    return PretrainConfig(model={"preset": "tiny"}, training=TrainingConfig(**base))
+
+
+def test_code_stream_is_seeded_and_splits_between_processes(tmp_path):
+    run = synthetic_run(tmp_path / "run", modules=100)
+    path = run / "codes" / "train.parquet"
+    one = [b.copy() for _, b in zip(range(6), CodeStream(path, 0, 32).batches(20))]      # 120 items: 1.2 epochs
+    again = [b for _, b in zip(range(6), CodeStream(path, 0, 32).batches(20))]
+    assert all(np.array_equal(a, b) for a, b in zip(one, again))
+    first_epoch = np.concatenate(one)[:100]
+    assert len({x.tobytes() for x in first_epoch}) == 100                            # a permutation of the file
+    other = np.concatenate([b for _, b in zip(range(5), CodeStream(path, 1, 32).batches(20))])
+    assert not np.array_equal(other, np.concatenate(one)[:100])
+    ranks = [np.concatenate([b for _, b in zip(range(3), CodeStream(path, 0, 32, r, 2).batches(10))])
+             for r in range(2)]
+    interleaved = np.stack([ranks[i % 2][i // 2] for i in range(60)])
+    assert np.array_equal(interleaved, np.concatenate(one)[:60])
+    resumed = next(CodeStream(path, 0, 32).batches(20, skip=3))
+    assert np.array_equal(resumed, one[3])
+
+
+def test_learning_rate_schedule():
+    t = TrainingConfig(learning_rate=1e-3, warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
+    assert learning_rate(0, t) == pytest.approx(1e-4)
+    assert learning_rate(9, t) == pytest.approx(1e-3)
+    assert learning_rate(60, t) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))
+    assert learning_rate(110, t) == pytest.approx(1e-4)
+
+
+def test_pretraining_learns_resumes_and_writes_a_checkpoint(tmp_path):
+    run = synthetic_run(tmp_path / "run")
+    config = tiny_config(max_steps=80)
+    first = train(run, config, max_steps=30)                 # stops early: state saved at step 30
+    assert first["steps"] == 30 and not (run / "encoder").exists()
+    state = torch.load(run / "train-state.pt", weights_only=True)
+    assert state["step"] == 30
+    summary = train(run, config)                             # resumes at 30
+    assert summary["steps"] == 80
+    log = (run / "log.csv").read_text().splitlines()
+    assert log[0].startswith("step,") and [int(r.split(",")[0]) for r in log[1:]][:7] == [5, 10, 15, 20, 25, 30, 35]
+    valid = summary["valid"]
+    assert len(valid["accuracy"]) == 8
+    assert valid["accuracy_mean"] > 0.2                      # chance is 1/256; the frequency baseline near 0
+    assert (run / "training-curve.png").stat().st_size > 10_000
+    encoder = load_encoder(run / "encoder")
+    assert encoder.dim == 64 and encoder.probe_set.num_probes == 16
+    assert encoder.config["training"]["steps"] == 80
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    config = tiny_config(max_steps=20, eval_every=10)
+    a = synthetic_run(tmp_path / "a")
+    b = synthetic_run(tmp_path / "b")
+    train(a, config, max_steps=10)
+    train(a, config)
+    train(b, config)
+    wa = load_checkpoint(a / "encoder").model.state_dict()
+    wb = load_checkpoint(b / "encoder").model.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_global_masks_split_exactly_between_processes():
+    whole = global_mask(7, 0, (8, 16, 8), 0.15)
+    assert torch.equal(whole, global_mask(7, 0, (8, 16, 8), 0.15))
+    assert not torch.equal(whole, global_mask(8, 0, (8, 16, 8), 0.15))
+
+
+def test_pretrain_config_files(tmp_path):
+    config = PretrainConfig.load(ROOT / "pretrain" / "default.toml")
+    assert config == PretrainConfig()          # the file spells out the defaults the CLI uses
+    assert config.model["preset"] == "small" and config.training.batch_size % 2 == 0
+    assert config.model_config(100).hidden_size == 256
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[training]\nbatch_sise = 3\n")
+    with pytest.raises(ConfigError, match="batch_sise"):
+        PretrainConfig.load(bad)
+    bad.write_text("[model]\npreset = 'tiny'\nhiden_size = 3\n")
+    with pytest.raises(ConfigError, match="hiden_size"):
+        PretrainConfig.load(bad)
+    bad.write_text("[training\n")
+    with pytest.raises(ConfigError, match="TOML"):
+        PretrainConfig.load(bad)
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_one_process(tmp_path):
+    """torchrun with 2 CPU processes (gloo) follows the single-process loss trajectory on the same global batch."""
+    config = tiny_config(max_steps=12, log_every=1, eval_every=12, warmup_steps=2)
+    one = synthetic_run(tmp_path / "one")
+    two = synthetic_run(tmp_path / "two")
+    (tmp_path / "cfg.json").write_text(json.dumps(config.to_dict()))
+    train(one, config)
+    script = tmp_path / "ddp.py"
+    script.write_text(
+        "import json, sys\n"
+        "from behavioral_pq.pretraining import PretrainConfig, train\n"
+        "config = PretrainConfig.from_dict(json.load(open(sys.argv[1])))\n"
+        "train(sys.argv[2], config, device='cpu')\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+                    str(script), str(tmp_path / "cfg.json"), str(two)], check=True, env=env, timeout=600,
+                   capture_output=True)
+    loss = [[float(r.split(",")[3]) for r in (run / "log.csv").read_text().splitlines()[1:]] for run in (one, two)]
+    assert len(loss[0]) == len(loss[1]) == 12
+    assert np.allclose(loss[0], loss[1], rtol=1e-4, atol=1e-4), loss
+    assert json.loads((two / "summary.json").read_text())["processes"] == 2
+
+
+# -- checkpoints -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    probe_set = random_probes(16, 4, seed=0)
+    model = PQBert(PQBertConfig.preset("tiny", num_probes=16))
+    q, _ = fitted_quantizer(rows=12_000)
+    path = save_encoder(tmp_path_factory.mktemp("ckpt") / "enc", model, q, probe_set,
+                        corpus={"modules": 0, "note": "untrained, for tests"}, seed=0)
+    return path, model
+
+
+def test_checkpoint_round_trip_is_bit_identical(tiny_checkpoint, tmp_path):
+    path, model = tiny_checkpoint
+    loaded = load_checkpoint(path)
+    original = model.state_dict()
+    assert all(torch.equal(v, original[k]) for k, v in loaded.model.state_dict().items())
+    config = json.loads((path / "config.json").read_text())
+    for key in ("format_version", "versions", "model", "feature_names", "probe_set", "corpus", "seed", "files"):
+        assert key in config
+    assert config["versions"]["llvm"].startswith("19.") and config["probe_set"]["hash"] == loaded.probe_set.hash
+    half = save_encoder(tmp_path / "half", model, loaded.quantizer, loaded.probe_set, corpus={}, seed=0,
+                        dtype="float16")
+    assert (half / "model.safetensors").stat().st_size < 0.6 * (path / "model.safetensors").stat().st_size
+    again = load_checkpoint(half).model.state_dict()
+    assert all(torch.equal(again[k], v.half().float()) for k, v in original.items())
+
+
+def corrupt_copies(path: Path, tmp_path: Path):
+    """(name, folder, expected message) for one kind of damage each."""
+    def copy(name):
+        target = tmp_path / name
+        shutil.copytree(path, target)
+        return target
+
+    out = []
+    c = copy("truncated")
+    (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500])
+    out.append((c, "model.safetensors: checksum"))
+    c = copy("flipped")
+    blob = bytearray((c / "quantizer.npz").read_bytes())
+    blob[200] ^= 1
+    (c / "quantizer.npz").write_bytes(bytes(blob))
+    out.append((c, "quantizer.npz: checksum"))
+    c = copy("missing")
+    (c / "probes.json").unlink()
+    out.append((c, "probes.json: missing"))
+    c = copy("llvm")
+    config = json.loads((c / "config.json").read_text())
+    config["llvm_major"] = 18
+    (c / "config.json").write_text(json.dumps(config))
+    out.append((c, "LLVM 18"))
+    c = copy("probes")
+    config = json.loads((c / "config.json").read_text())
+    other = random_probes(16, 4, seed=1)
+    other.save(c / "probes.json")
+    config["files"]["probes.json"] = __import__("hashlib").sha256((c / "probes.json").read_bytes()).hexdigest()
+    (c / "config.json").write_text(json.dumps(config))
+    out.append((c, "not the one the model was trained with"))
+    c = copy("version")
+    config = json.loads((c / "config.json").read_text())
+    config["format_version"] = 99
+    (c / "config.json").write_text(json.dumps(config))
+    out.append((c, "format version 99"))
+    c = copy("garbage")
+    (c / "config.json").write_text("{not json")
+    out.append((c, "config.json: unreadable"))
+    out.append((tmp_path / "nowhere", "no such checkpoint folder"))
+    return out
+
+
+def test_corrupt_checkpoints_are_refused(tiny_checkpoint, tmp_path):
+    path, _ = tiny_checkpoint
+    for folder, message in corrupt_copies(path, tmp_path):
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(folder)
+
+
+# -- embed -----------------------------------------------------------------------------------------------------
+
+
+def test_embed_is_deterministic_and_embed_many_stacks_embed(tiny_checkpoint):
+    path, _ = tiny_checkpoint
+    encoder = load_encoder(path)
+    modules = [bpq.load_module(p) for p in sorted(EXAMPLES.glob("*.c"))]
+    one = [encoder.embed(m) for m in modules]
+    assert one[0].dtype == np.float32 and one[0].shape == (64,)
+    many = encoder.embed_many(modules)
+    assert np.array_equal(many, np.stack(one))
+    assert np.array_equal(encoder.embed(modules[0]), one[0])
+    assert not np.allclose(one[0], one[1])
+    cls = load_encoder(path, pooling="cls").embed(modules[0])
+    assert cls.shape == (64,) and not np.allclose(cls, one[0])
+
+
+def test_embed_many_keeps_going_past_a_bad_module(tiny_checkpoint, tmp_path):
+    path, _ = tiny_checkpoint
+    encoder = load_encoder(path)
+    bad = tmp_path / "bad.ll"
+    bad.write_text("not IR\n")
+    good = sorted(EXAMPLES.glob("*.c"))[:2]
+    errors = []
+    out = encoder.embed_many([good[0], bad, tmp_path / "missing.ll", good[1]], errors=errors)
+    assert out.shape == (4, 64)
+    assert np.isnan(out[1]).all() and np.isnan(out[2]).all()
+    assert np.array_equal(out[0], encoder.embed(good[0])) and np.array_equal(out[3], encoder.embed(good[1]))
+    assert errors[0] is None and isinstance(errors[1], bpq.InvalidIRError) and errors[2] is not None
+
+
+# -- the whole path on a real (small) store --------------------------------------------------------------------
+
+
+def test_prepare_and_pretrain_from_a_corpus_store(tmp_path):
+    from test_corpus import tiny_programs
+
+    programs = tiny_programs(tmp_path / "src", 40)
+    store = tmp_path / "store"
+    build_corpus(discover([programs, EXAMPLES], origin="t"), store, workers=1, labels=False)
+    probe_set = random_probes(16, 6, seed=3)
+    probes_path = probe_set.save(tmp_path / "probes.json")
+    compute_spectra(store, probes_path, workers=1)
+    config = PretrainConfig(model={"preset": "tiny"},
+                            training=TrainingConfig(batch_size=8, max_steps=6, eval_every=3, log_every=1,
+                                                    warmup_steps=2, quantizer_rows=4096))
+    summary = pretrain(store, tmp_path / "run", config, probes=probes_path)
+    prepared = json.loads((tmp_path / "run" / "prepare.json").read_text())
+    counts = prepared["modules"]
+    assert counts["train"] + counts["valid"] == 44 and counts["valid"] > 0
+    assert prepared["probe_set_hash"] == probe_set.hash and summary["steps"] == 6
+    encoder = load_encoder(tmp_path / "run" / "encoder")
+    module = bpq.load_module(EXAMPLES / "matmul.c")
+    vector = encoder.embed(module)
+    assert vector.shape == (64,) and np.isfinite(vector).all()
+    # the codes the run trained on are the encoder's own codes of the stored spectra
+    from behavioral_pq.pretraining import read_codes
+    stored = read_codes(tmp_path / "run" / "codes" / "train.parquet")
+    assert stored.shape[1:] == (16, 8)
+    assert np.array_equal(encoder.codes(bpq.spectrum(module, probe_set)[None])[0],
+                          encoder.codes(bpq.spectrum(module, encoder.probe_set)[None])[0])
+    with pytest.raises(Exception, match="another configuration"):
+        pretrain(store, tmp_path / "run", PretrainConfig(model={"preset": "tiny"},
+                                                         training=TrainingConfig(batch_size=4)), probes=probes_path)
+
+
+def test_default_encoder_embeds_from_a_fresh_process_via_the_cli(tmp_path):
+    out = tmp_path / "e.npy"
+    run = subprocess.run([sys.executable, "-m", "behavioral_pq", "embed", str(EXAMPLES / "sum_array.c"),
+                          str(EXAMPLES / "matmul.c"), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    vectors = np.load(out)
+    assert vectors.shape == (2, load_encoder().dim) and np.isfinite(vectors).all()
+    assert np.array_equal(vectors[0], bpq.embed(EXAMPLES / "sum_array.c"))
+    text = subprocess.run([sys.executable, "-m", "behavioral_pq", "embed", "--json", str(EXAMPLES / "matmul.c")],
+                          capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0 and json.loads(text.stdout)[0]["embedding"] == pytest.approx(vectors[1].tolist())
+    bad = subprocess.run([sys.executable, "-m", "behavioral_pq", "embed", str(tmp_path / "none.ll")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "none.ll" in bad.stderr and "Traceback" not in bad.stderr
