@@ -92,6 +92,7 @@ def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, 
     quantizer.save(tmp / "quantizer.npz")
     weights = {k: v.detach().to("cpu", getattr(torch, dtype)).contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(tmp / "model.safetensors"))
+    os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it owner-only
     config = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), "llvm_major": LLVM_MAJOR,
         "model": model.config.to_dict(), "pooling": pooling, "weights_dtype": dtype,

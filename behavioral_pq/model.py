@@ -35,6 +35,7 @@ class PQBertConfig:
     hidden_dropout_prob: float = 0.1
     layer_norm_eps: float = 1e-5
     initializer_range: float = 0.02
+    context_free: bool = False            # ablation: each position attends only to itself (no cross-probe context)
 
     def __post_init__(self):
         for f in fields(self):
@@ -111,7 +112,10 @@ class PQBert(nn.Module):
         x = torch.cat([table(codes[:, :, m]) for m, table in enumerate(self.sub_embeddings)], dim=-1)  # (B, P, H)
         x = torch.cat([self.cls_embedding.expand(B, 1, -1), x], dim=1)                                  # (B, P+1, H)
         x = x + self.position_embeddings.weight                                                         # (B, P+1, H)
-        x = self.encoder(self.dropout(x))                                                               # (B, P+1, H)
+        mask = None
+        if c.context_free:                                    # True = may not attend: only the diagonal is open
+            mask = ~torch.eye(c.num_probes + 1, dtype=torch.bool, device=codes.device)                  # (P+1, P+1)
+        x = self.encoder(self.dropout(x), mask=mask)                                                    # (B, P+1, H)
         return self.final_norm(x)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:

@@ -109,16 +109,17 @@ class PretrainConfig:
 
 # -- 1. data preparation ---------------------------------------------------------------------------------------
 
-def split_modules(corpus, seed: int, limit: int) -> Dict[str, List[str]]:
+def split_modules(corpus, seed: int, limit: int, measured: Optional[set] = None) -> Dict[str, List[str]]:
     """Module hashes per split. train: the store's pretraining corpus (everything but the labelled modules of the
-    valid and test splits); valid / test: at most ``limit`` of those held-out labelled modules (seeded). An unsplit
-    store holds out every module whose hash starts with '0' or '1' (about 1/8) as valid."""
+    valid and test splits); valid / test: at most ``limit`` of those held-out labelled modules (seeded), drawn from
+    the ``measured`` ones (with stored spectra) when given. An unsplit store holds out every module whose hash
+    starts with '0' or '1' (about 1/8) as valid."""
     train = corpus.pretraining()
     held = {}
     if corpus.store.splits():
         known = set(train)
         for name in ("valid", "test"):
-            held[name] = sorted(s for s in corpus.split(name) if s not in known)
+            held[name] = sorted(s for s in corpus.split(name) if s not in known and (measured is None or s in measured))
     else:
         held["valid"] = [s for s in train if s[0] in "01"]
         train = [s for s in train if s[0] not in "01"]
@@ -148,21 +149,21 @@ def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int) ->
     return reservoir[:min(seen, size)]
 
 
-def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path) -> int:
+def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path) -> List[str]:
     """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes); returns
-    the number of modules written."""
+    the hashes of the modules written (those with a measured spectrum)."""
     schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary())])
     tmp = path.with_name(path.name + ".tmp")
-    count = 0
+    written: List[str] = []
     with pq.ParquetWriter(tmp, schema) as writer:
         for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas):
             n, p, d = spectra.shape
             codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)              # (n, P, M)
             writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes]},
                                         schema=schema), row_group_size=4096)
-            count += n
+            written.extend(batch_shas)
     os.replace(tmp, path)
-    return count
+    return written
 
 
 def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config: PretrainConfig,
@@ -177,7 +178,7 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
     t = config.training
     corpus = Corpus(store)
     probe_set = load_probes(probes)
-    splits = split_modules(corpus, t.seed, t.validation_modules)
+    splits = split_modules(corpus, t.seed, t.validation_modules, corpus.store.keys("spectra", probe_set=probe_set.hash))
     start = time.perf_counter()
     rows = sample_rows(corpus, probe_set, splits["train"], t.quantizer_rows, t.seed)
     if len(rows) == 0:
@@ -188,14 +189,15 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
     (out / "codes").mkdir(parents=True, exist_ok=True)
     quantizer.save(out / "quantizer.npz")
     probe_set.save(out / "probes.json")
-    counts = {name: encode_split(corpus, probe_set, quantizer, shas, out / "codes" / f"{name}.parquet")
-              for name, shas in splits.items()}
+    encoded = {name: encode_split(corpus, probe_set, quantizer, shas, out / "codes" / f"{name}.parquet")
+               for name, shas in splits.items()}
     valid_rows = np.concatenate([c.reshape(-1, quantizer.num_subspaces)
                                  for c in iter_code_arrays(out / "codes" / "valid.parquet")] or
                                 [np.zeros((0, quantizer.num_subspaces), np.uint8)])
     summary = {
-        "store": str(Path(store).resolve()), "corpus": corpus_description(corpus, splits["train"]),
-        "probe_set": probe_set.name, "probe_set_hash": probe_set.hash, "modules": counts,
+        "store": str(Path(store).resolve()), "corpus": corpus_description(corpus, encoded["train"]),
+        "probe_set": probe_set.name, "probe_set_hash": probe_set.hash,
+        "modules": {name: len(shas) for name, shas in encoded.items()},
         "quantizer": {"rows_fit": len(rows), "fit_seconds": round(fit_seconds, 1),
                       "relative_error_fit_rows": round(quantizer.relative_error(rows), 4),
                       "code_usage_valid": quantizer.code_usage(valid_rows) if len(valid_rows) else None},
@@ -206,17 +208,20 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
 
 
 def corpus_description(corpus, shas: Sequence[str]) -> dict:
-    """Where the pretraining modules came from: counts per source of ``shas``, and the store's LLVM version."""
-    records = corpus.records(["sha256", "source"]) if "source" in corpus.inputs().column_names else None
-    per_source: Dict[str, int] = {}
-    if records is not None:
-        wanted = set(shas)
-        for sha, source in zip(records.column("sha256").to_pylist(), records.column("source").to_pylist()):
-            if sha in wanted:
-                per_source[source] = per_source.get(source, 0) + 1
-    manifest = corpus.store.manifest
-    return {"modules": len(shas), "sources": dict(sorted(per_source.items())),
-            "llvm_version": manifest.get("llvm_version")}
+    """What the pretraining modules are: their number, counts per input origin (a module built from inputs of
+    several origins counts for each), the size distribution, and the store's LLVM version."""
+    wanted = set(shas)
+    inputs = corpus.inputs(["sha256", "origin"])
+    per_origin: Dict[str, set] = {}
+    for sha, origin in zip(inputs.column("sha256").to_pylist(), inputs.column("origin").to_pylist()):
+        if sha in wanted:
+            per_origin.setdefault(origin or "?", set()).add(sha)
+    modules = corpus.modules(["sha256", "instruction_count"])
+    sizes = np.array([n for s, n in zip(modules.column(0).to_pylist(), modules.column(1).to_pylist())
+                      if s in wanted])
+    size = {q: int(np.quantile(sizes, v)) for q, v in (("min", 0), ("median", 0.5), ("max", 1))} if len(sizes) else {}
+    return {"modules": len(wanted), "origins": {k: len(v) for k, v in sorted(per_origin.items())},
+            "instruction_count": size, "llvm_version": corpus.store.manifest.get("llvm_version")}
 
 
 # -- 2. streaming codes ----------------------------------------------------------------------------------------

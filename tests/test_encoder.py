@@ -18,11 +18,11 @@ import behavioral_pq as bpq
 from behavioral_pq.checkpoint import CheckpointError, load_checkpoint, save_encoder
 from behavioral_pq.config import ConfigError
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover
-from behavioral_pq.encoder import Encoder, load_encoder
+from behavioral_pq.encoder import load_encoder
 from behavioral_pq.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
 from behavioral_pq.pretraining import (CodeStream, PretrainConfig, TrainingConfig, global_mask, learning_rate,
-                                       pretrain, prepare, train)
-from behavioral_pq.probes import load_probes, random_probes
+                                       pretrain, train)
+from behavioral_pq.probes import random_probes
 from behavioral_pq.quantizer import Quantizer, QuantizerError
 
 from conftest import EXAMPLES, ROOT

@@ -14,7 +14,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 from behavioral_pq.errors import ToolError, ToolNotFoundError, ToolTimeoutError
 from behavioral_pq.toolchain import run_tool

@@ -1,0 +1,130 @@
+"""Benchmark of the encoder path (issue 5): embed latency and its split between spectrum and encoder, embed_many
+throughput with 1 and 2 workers, encoder throughput (per-module forward as embed runs it, and batched), and
+pretraining throughput on this machine's CPU (and CUDA when present).
+
+    python bench/bench_encoder.py [--modules 32] [--out bench/results]
+
+Modules are small C programs the benchmark writes itself (loops over arrays of different shapes), compiled with
+clang-19 as `load_module` does.
+"""
+
+import argparse
+import json
+import statistics
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import behavioral_pq as bpq
+from behavioral_pq.encoder import load_encoder
+from behavioral_pq.engine import Engine
+from behavioral_pq.model import PQBert, PQBertConfig, mask_codes, masked_lm_loss
+
+
+def programs(directory: Path, count: int):
+    for i in range(count):
+        (directory / f"k{i:03d}.c").write_text(textwrap.dedent(f"""\
+            double a[{64 + i}], b[{64 + i}];
+            int pick(int x) {{ return x % {3 + i % 7} == 0 ? x / 2 : x * 3 + 1; }}
+            double kernel{i}(int n, int m) {{
+              double s = 0;
+              for (int r = 0; r < m; r++)
+                for (int k = 0; k < n && k < {64 + i}; k++) {{
+                  a[k] = a[k] * {i % 5 + 1}.5 + b[(k + r) % {64 + i}];
+                  if (pick(k) > {i}) s += a[k]; else s -= b[k] / (k + 1);
+                }}
+              return s;
+            }}
+            """))
+        yield bpq.load_module(directory / f"k{i:03d}.c")
+
+
+def timed(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modules", type=int, default=32)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    encoder = load_encoder()
+    with tempfile.TemporaryDirectory() as tmp:
+        modules = list(programs(Path(tmp), args.modules))
+    results = {"modules": len(modules), "median_instructions": int(np.median([m.instruction_count for m in modules])),
+               "threads": torch.get_num_threads(), "encoder": str(encoder)}
+
+    # 1. one module: spectrum vs encoder share (one engine worker, warm)
+    engine = Engine(1)
+    try:
+        m = modules[len(modules) // 2]
+        bpq.spectrum(m, encoder.probe_set, engine=engine)
+        spectrum_s = timed(lambda: bpq.spectrum(m, encoder.probe_set, engine=engine), 5)
+        s = bpq.spectrum(m, encoder.probe_set, engine=engine)[None]
+        encode_s = timed(lambda: encoder.embed_spectra(s), 20)
+    finally:
+        engine.close()
+    results["embed_one"] = {"instructions": m.instruction_count, "spectrum_s": round(spectrum_s, 4),
+                            "encoder_s": round(encode_s, 4),
+                            "encoder_share": round(encode_s / (spectrum_s + encode_s), 4)}
+
+    # 2. embed_many throughput, 1 vs 2 workers
+    for workers in (1, 2):
+        encoder.embed_many(modules[:2], workers=workers)
+        seconds = timed(lambda: encoder.embed_many(modules, workers=workers), 2)
+        results[f"embed_many_{workers}_workers"] = {"seconds": round(seconds, 2),
+                                                    "modules_per_s": round(len(modules) / seconds, 2)}
+    results["embed_many_speedup_2_vs_1"] = round(results["embed_many_2_workers"]["modules_per_s"]
+                                                 / results["embed_many_1_workers"]["modules_per_s"], 2)
+
+    # 3. encoder throughput: per-module forward (what embed does) vs batches of 64
+    codes = np.random.default_rng(0).integers(0, 256, size=(256, encoder.probe_set.num_probes, 8)).astype(np.uint8)
+    per_module = timed(lambda: encoder.embed_codes(codes), 3)
+    with torch.inference_mode():
+        x = torch.from_numpy(codes.astype(np.int64))
+        batched = timed(lambda: [encoder.model.embed(x[i:i + 64]) for i in range(0, len(x), 64)], 3)
+    results["encoder"] = {"per_module_sequences_per_s": round(len(codes) / per_module, 1),
+                          "batched64_sequences_per_s": round(len(codes) / batched, 1),
+                          "batched_speedup": round(per_module / batched, 2)}
+
+    # 4. pretraining throughput (small preset, batch 64, P = 100)
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        for preset in ("small", "base"):
+            model = PQBert(PQBertConfig.preset(preset)).to(device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            batch = torch.randint(0, 256, (64, 100, 8))
+            inputs, labels = mask_codes(batch, 0.15, torch.Generator().manual_seed(0))
+            inputs, labels = inputs.to(device), labels.to(device)
+
+            def step():
+                loss, *_ = masked_lm_loss(model, inputs, labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+
+            step()
+            seconds = timed(step, 5)
+            results[f"pretrain_{preset}_{device}"] = {
+                "step_s": round(seconds, 3), "sequences_per_s": round(64 / seconds, 1),
+                "subword_tokens_per_s": round(64 * 100 * 8 / seconds)}
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "encoder.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
