@@ -163,6 +163,19 @@ def cmd_demo(args) -> int:
                       title=f"{module.name}: spectrum")
     np.save(out / "spectra.npy", batch.spectra)
     print(f"wrote {out}/spectra.npy {batch.spectra.shape} and one spectrum heatmap per program in {out}/")
+
+    from behavioral_pq.encoder import load_encoder
+
+    encoder = load_encoder()
+    vectors = encoder.embed_spectra(batch.spectra)                       # (N, D)
+    np.save(out / "embeddings.npy", vectors)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    names = [Path(m.name).stem[:12] for m in modules]
+    print(f"embeddings ({encoder.path.name}, D={encoder.dim}), cosine similarity:")
+    print("  " + " " * 13 + " ".join(f"{n:>12s}" for n in names))
+    for name, row in zip(names, unit @ unit.T):
+        print(f"  {name:12s} " + " ".join(f"{x:12.3f}" for x in row))
+    print(f"wrote {out}/embeddings.npy {vectors.shape}")
     return 0
 
 

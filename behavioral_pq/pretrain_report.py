@@ -103,24 +103,8 @@ def mlm_report(run, *, context_free_run=None, store: Optional[str] = None, seed:
             raise ValueError(f"{context_free_run}: another quantizer; the codes would not be comparable")
         report["methods"]["context-free"] = mlm_accuracy(other.model, test, probability, seed)
         report["context_free_training"] = {k: other.config["training"].get(k) for k in ("steps", "seconds")}
-        same_steps = _valid_at(run, other.config["training"].get("steps"))
-        if same_steps is not None:
-            report["same_budget_valid"] = {"steps": other.config["training"]["steps"], "PQ-BERT": same_steps,
-                                           "context-free": _valid_at(Path(context_free_run),
-                                                                     other.config["training"]["steps"])}
     report["pooling"] = pooling_comparison(run, encoder, store)
     return report
-
-
-def _valid_at(run: Path, step) -> Optional[float]:
-    path = run / "eval.jsonl"
-    if step is None or not path.is_file():
-        return None
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        if record["step"] == step:
-            return round(record["accuracy_mean"], 4)
-    return None
 
 
 def write_report(report: dict, out: Path) -> None:
@@ -138,10 +122,10 @@ def write_report(report: dict, out: Path) -> None:
     for name, result in methods.items():
         lines.append(f"| {name} | **{result['accuracy_mean']:.3f}** | "
                      + " | ".join(f"{a:.3f}" for a in result["accuracy"]) + " |")
-    if "same_budget_valid" in report:
-        s = report["same_budget_valid"]
-        lines += ["", f"Same training budget ({s['steps']} steps), validation accuracy: PQ-BERT {s['PQ-BERT']}, "
-                      f"context-free {s['context-free']}."]
+    if "context_free_training" in report:
+        lines += ["", f"PQ-BERT trained {report['training']['steps']} steps, the context-free model "
+                      f"{report['context_free_training']['steps']} (same data, quantizer, architecture and "
+                      f"optimizer; its log shows how far it had got)."]
     pooling = report.get("pooling")
     if pooling:
         lines += ["", f"## Pooling: mean vs [CLS] ({pooling['modules']} held-out labelled modules, leave-one-out "

@@ -62,7 +62,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         modules = list(programs(Path(tmp), args.modules))
     results = {"modules": len(modules), "median_instructions": int(np.median([m.instruction_count for m in modules])),
-               "threads": torch.get_num_threads(), "encoder": str(encoder)}
+               "threads": torch.get_num_threads(), "checkpoint": str(encoder)}
 
     # 1. one module: spectrum vs encoder share (one engine worker, warm)
     engine = Engine(1)

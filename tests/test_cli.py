@@ -94,3 +94,6 @@ def test_demo(tmp_path):
     assert "sum_array.c" in out.stdout and "-Oz    25" in out.stdout
     assert np.load(tmp_path / "demo" / "spectra.npy").shape == (4, 100, 56)
     assert len(list((tmp_path / "demo").glob("*_spectrum.png"))) == 4
+    embeddings = np.load(tmp_path / "demo" / "embeddings.npy")
+    assert embeddings.shape == (4, 256) and np.isfinite(embeddings).all()
+    assert "cosine similarity" in out.stdout
