@@ -16,7 +16,6 @@ feature schema, a probe set whose hash differs from the one recorded, and weight
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from behavioral_pq.corpus.store import sha256_file
 from behavioral_pq.errors import BPQError
 
 FORMAT = "bpq-encoder"
@@ -44,14 +44,6 @@ class Checkpoint:
     probe_set: object
     config: dict
     path: Path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def versions() -> dict:
@@ -101,7 +93,7 @@ def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, 
         "quantizer": {"num_subspaces": quantizer.num_subspaces, "bits": quantizer.bits,
                       "rows_fit": quantizer.num_rows_fit_},
         "corpus": corpus, "seed": seed, "training": training or {},
-        "files": {name: _sha256(tmp / name) for name in FILES},
+        "files": {name: sha256_file(tmp / name) for name in FILES},
     }
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if path.exists():
@@ -156,7 +148,7 @@ def load_checkpoint(path: Union[str, os.PathLike]) -> Checkpoint:
             file = path / name
             if not file.is_file():
                 raise CheckpointError(f"{file}: missing")
-            if _sha256(file) != config["files"][name]:
+            if sha256_file(file) != config["files"][name]:
                 raise CheckpointError(f"{file}: checksum mismatch (corrupt or edited file)")
         try:
             probe_set = load_probes(path / "probes.json")

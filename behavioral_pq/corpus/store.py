@@ -86,7 +86,7 @@ SCHEMAS = {"inputs": INPUTS_SCHEMA, "modules": MODULES_SCHEMA, "labels": LABELS_
 KEYS = {"inputs": "key", "modules": "sha256", "labels": "sha256", "spectra": "sha256"}
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -220,7 +220,7 @@ class CorpusStore:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             entry = {"table": table, "path": str(relative), "rows": rows.num_rows, "bytes": tmp.stat().st_size,
-                     "sha256": _sha256_file(tmp), "probe_set": probe_set, "writer": os.getpid(),
+                     "sha256": sha256_file(tmp), "probe_set": probe_set, "writer": os.getpid(),
                      "written": time.time()}
             with self._locked():
                 manifest = self._read_manifest()
@@ -269,7 +269,7 @@ class CorpusStore:
             raise CorpusError(f"{path}: shard listed in the manifest is missing") from None
         if size != entry["bytes"]:
             raise CorpusError(f"{path}: shard is {size} bytes, the manifest says {entry['bytes']} (truncated?)")
-        if verify and _sha256_file(path) != entry["sha256"]:
+        if verify and sha256_file(path) != entry["sha256"]:
             raise CorpusError(f"{path}: shard checksum does not match the manifest (corrupt)")
         try:
             return pq.ParquetFile(path)
@@ -345,7 +345,7 @@ class CorpusStore:
         if not info:
             return {}
         path = self.path / info["path"]
-        if not path.exists() or _sha256_file(path) != info["sha256"]:
+        if not path.exists() or sha256_file(path) != info["sha256"]:
             raise CorpusError(f"{path}: splits file is missing or does not match the manifest")
         table = pq.read_table(path, columns=["sha256", "split"])
         return dict(zip(table.column("sha256").to_pylist(), table.column("split").to_pylist()))
@@ -361,7 +361,7 @@ class CorpusStore:
             os.replace(tmp, self.path / name)
             manifest = self._read_manifest()
             old = manifest.get("splits")
-            manifest["splits"] = dict(info, path=name, sha256=_sha256_file(self.path / name))
+            manifest["splits"] = dict(info, path=name, sha256=sha256_file(self.path / name))
             _write_json_atomic(self.path / MANIFEST, manifest)
             self.manifest = manifest
             if old and old.get("path") != name:
