@@ -177,11 +177,3 @@ def masked_lm_loss(model: PQBert, inputs: torch.Tensor, labels: torch.Tensor, co
         own.append(n)
         correct.append((logits.argmax(-1) == target).sum().to(h.dtype))
     return loss, torch.stack(summed), torch.stack(own), torch.stack(correct)
-
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -18,6 +18,7 @@ import behavioral_pq as bpq
 from behavioral_pq.checkpoint import CheckpointError, load_checkpoint, save_encoder
 from behavioral_pq.config import ConfigError
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover
+from behavioral_pq.corpus.store import sha256_file
 from behavioral_pq.encoder import load_encoder
 from behavioral_pq.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
 from behavioral_pq.pretraining import (CodeStream, PretrainConfig, TrainingConfig, global_mask, learning_rate,
@@ -322,6 +323,11 @@ def corrupt_copies(path: Path, tmp_path: Path):
         shutil.copytree(path, target)
         return target
 
+    def edit_config(folder, change):
+        config = json.loads((folder / "config.json").read_text())
+        change(config)
+        (folder / "config.json").write_text(json.dumps(config))
+
     out = []
     c = copy("truncated")
     (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:500])
@@ -335,21 +341,14 @@ def corrupt_copies(path: Path, tmp_path: Path):
     (c / "probes.json").unlink()
     out.append((c, "probes.json: missing"))
     c = copy("llvm")
-    config = json.loads((c / "config.json").read_text())
-    config["llvm_major"] = 18
-    (c / "config.json").write_text(json.dumps(config))
+    edit_config(c, lambda config: config.update(llvm_major=18))
     out.append((c, "LLVM 18"))
     c = copy("probes")
-    config = json.loads((c / "config.json").read_text())
-    other = random_probes(16, 4, seed=1)
-    other.save(c / "probes.json")
-    config["files"]["probes.json"] = __import__("hashlib").sha256((c / "probes.json").read_bytes()).hexdigest()
-    (c / "config.json").write_text(json.dumps(config))
+    random_probes(16, 4, seed=1).save(c / "probes.json")       # another probe set, with a matching file checksum
+    edit_config(c, lambda config: config["files"].update({"probes.json": sha256_file(c / "probes.json")}))
     out.append((c, "not the one the model was trained with"))
     c = copy("version")
-    config = json.loads((c / "config.json").read_text())
-    config["format_version"] = 99
-    (c / "config.json").write_text(json.dumps(config))
+    edit_config(c, lambda config: config.update(format_version=99))
     out.append((c, "format version 99"))
     c = copy("garbage")
     (c / "config.json").write_text("{not json")
