@@ -42,6 +42,9 @@ _EXPORTS = {
     "embed": "behavioral_pq.encoder",
     "embed_many": "behavioral_pq.encoder",
     "load_encoder": "behavioral_pq.encoder",
+    "predict_best_pass": "behavioral_pq.predictors",
+    "predict_oz_benefit": "behavioral_pq.predictors",
+    "load_predictor": "behavioral_pq.predictors",
     "BPQError": "behavioral_pq.errors",
     "InvalidIRError": "behavioral_pq.errors",
     "UnknownPassError": "behavioral_pq.errors",
@@ -59,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from behavioral_pq.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
     from behavioral_pq.module import Module, load_module
     from behavioral_pq.passes import optimize
+    from behavioral_pq.predictors import load_predictor, predict_best_pass, predict_oz_benefit
     from behavioral_pq.probes import ProbeSet, load_probes
     from behavioral_pq.reaction import log_relative, spectra, spectrum
 

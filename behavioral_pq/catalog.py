@@ -20,6 +20,27 @@ CATALOG_VERSION = "llvm-v0/llvm19-1"
 BASELINES = {"Oz": "default<Oz>", "O3": "default<O3>", "O2": "default<O2>", "O1": "default<O1>",
              "Os": "default<Os>", "O0": "default<O0>"}
 
+#: LLVM 19's ``default<Oz>`` pipeline written with catalog passes, in order: the passes of
+#: ``opt-19 -passes='default<Oz>' -print-pipeline-passes`` that the catalog has (analyses, openmp-opt,
+#: constraint-elimination, vector-combine, infer-alignment and similar are left out; repeats kept, runs of the same
+#: pass merged). A "good pipeline" whose prefixes give realistic intermediate states (see ``states.py``).
+OZ_LIKE_ORDER = (
+    "-forceattrs", "-inferattrs", "-coro-early", "-ee-instrument", "-lower-expect", "-simplifycfg", "-sroa",
+    "-early-cse", "-ipsccp", "-called-value-propagation", "-globalopt", "-mem2reg", "-instcombine", "-simplifycfg",
+    "-always-inline", "-inline", "-functionattrs", "-sroa", "-early-cse", "-speculative-execution",
+    "-jump-threading", "-correlated-propagation", "-simplifycfg", "-instcombine", "-aggressive-instcombine",
+    "-tailcallelim", "-simplifycfg", "-reassociate", "-loop-instsimplify", "-loop-simplifycfg", "-licm",
+    "-loop-rotate", "-licm", "-simple-loop-unswitch", "-simplifycfg", "-instcombine", "-loop-idiom", "-indvars",
+    "-simple-loop-unswitch", "-loop-deletion", "-sroa", "-mldst-motion", "-gvn", "-sccp", "-bdce", "-instcombine",
+    "-jump-threading", "-correlated-propagation", "-adce", "-memcpyopt", "-dse", "-licm", "-coro-elide",
+    "-simplifycfg", "-instcombine", "-functionattrs", "-coro-split", "-deadargelim", "-coro-cleanup", "-globalopt",
+    "-globaldce", "-elim-avail-extern", "-rpo-functionattrs", "-float2int", "-lower-constant-intrinsics",
+    "-loop-rotate", "-loop-deletion", "-loop-distribute", "-inject-tli-mappings", "-loop-vectorize",
+    "-loop-load-elim", "-instcombine", "-simplifycfg", "-instcombine", "-loop-unroll", "-sroa", "-instcombine",
+    "-licm", "-alignment-from-assumptions", "-loop-sink", "-instsimplify", "-div-rem-pairs", "-tailcallelim",
+    "-simplifycfg", "-globaldce", "-constmerge",
+)
+
 
 @dataclass(frozen=True)
 class Pass:

@@ -59,12 +59,14 @@ def versions() -> dict:
 
 
 def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, corpus: dict, seed: int,
-                 training: Optional[dict] = None, pooling: str = "mean", dtype: str = "float32") -> Path:
+                 training: Optional[dict] = None, pooling: str = "mean", dtype: str = "float32",
+                 reaction: str = "log-relative") -> Path:
     """Write an encoder checkpoint folder (replacing an existing one at ``path`` only once complete).
 
     Args:
         model: a PQBert.
         dtype: "float32" (bit-identical round trip) or "float16" (half the size; loaded back as float32).
+        reaction: how the quantizer's rows are expressed ("log-relative", or "absolute" for the ablation).
     """
     import torch
     from safetensors.torch import save_file
@@ -87,7 +89,7 @@ def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, 
     os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it owner-only
     config = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), "llvm_major": LLVM_MAJOR,
-        "model": model.config.to_dict(), "pooling": pooling, "weights_dtype": dtype,
+        "model": model.config.to_dict(), "pooling": pooling, "reaction": reaction, "weights_dtype": dtype,
         "feature_names": list(AUTOPHASE_FEATURES),
         "probe_set": {"name": probe_set.name, "hash": probe_set.hash, "num_probes": probe_set.num_probes},
         "quantizer": {"num_subspaces": quantizer.num_subspaces, "bits": quantizer.bits,

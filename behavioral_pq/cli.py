@@ -254,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_encoder_parsers(sub)
 
+    from behavioral_pq.cli_downstream import add_parsers as add_downstream_parsers
+
+    add_downstream_parsers(sub)
+
     p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
     p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
     p.set_defaults(func=cmd_demo)

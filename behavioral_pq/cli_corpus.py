@@ -112,6 +112,27 @@ def cmd_spectra(args) -> int:
     return 0
 
 
+def cmd_states(args) -> int:
+    from behavioral_pq.states import build_states, choose_programs
+
+    counts = {}
+    for part in args.programs.split(","):
+        name, _, number = part.partition("=")
+        if not number.isdigit():
+            raise ValueError(f"--programs takes SPLIT=N[,SPLIT=N...], not {args.programs!r}")
+        counts[name] = int(number)
+    programs = choose_programs(args.store, counts, max_instructions=args.max_instructions, seed=args.select_seed)
+    summary = build_states(args.store, args.out, programs, probes=args.probes, random_states=args.random,
+                           oz_states=args.oz_like, seed=args.seed, workers=args.workers, timeout=args.timeout,
+                           progress=not args.quiet)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"states -> {args.out}: {summary['programs']} new programs, {summary['ok']} states measured, "
+              f"{summary['failed']} failed, {summary['seconds']:.0f} s")
+    return 0
+
+
 def cmd_split(args) -> int:
     from behavioral_pq.corpus import split_corpus
 
@@ -217,6 +238,26 @@ def add_parsers(sub) -> None:
     p.add_argument("--split", metavar="NAME", help="only the modules of this split")
     _jobs(p)
     p.set_defaults(func=cmd_spectra)
+
+    p = csub.add_parser("states", help="intermediate states (module after a pass prefix) with spectra and labels",
+                        description="Measure states for the best-next-pass task: for each chosen program, "
+                        "RANDOM random prefixes of 1-30 catalog passes and OZ_LIKE prefixes of the -Oz order, each "
+                        "with its Autophase, InstCount, per-pass counts, -Oz count and spectrum. Resumable.")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--out", required=True, metavar="DIR", help="state folder (created or resumed)")
+    p.add_argument("--programs", default="train=800,valid=150,test=300", metavar="SPLIT=N,...",
+                   help="labelled programs to draw per split (default: train=800,valid=150,test=300)")
+    p.add_argument("--max-instructions", type=int, default=1000, metavar="N", help="largest program drawn")
+    p.add_argument("--select-seed", type=int, default=2, metavar="S", help="seed of the program draw")
+    p.add_argument("--random", type=int, default=2, metavar="N", help="random-prefix states per program")
+    p.add_argument("--oz-like", type=int, default=2, metavar="N", help="-Oz-order prefix states per program")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prefixes")
+    p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
+    p.add_argument("--workers", type=int, metavar="N", help="engine worker processes")
+    p.add_argument("--timeout", type=float, default=20.0, metavar="S", help="seconds per engine task")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_states)
 
     p = csub.add_parser("split", help="assign modules to train/valid/test by source group")
     p.add_argument("store", metavar="STORE")

@@ -61,7 +61,7 @@ def cmd_pretrain(args) -> int:
 
     config = PretrainConfig.load(args.config) if args.config else PretrainConfig()
     summary = pretrain(args.store, args.out, config, probes=args.probes, device=args.device,
-                       progress=not args.quiet, max_steps=args.max_steps)
+                       progress=not args.quiet, max_steps=args.max_steps, modules_like=args.modules_like)
     if args.json:
         print(json.dumps(summary, indent=1))
     elif "valid" in summary and summary["valid"]:
@@ -95,6 +95,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps in this call (resume later)")
+    p.add_argument("--modules-like", metavar="RUN", help="use exactly the train/valid/test modules of another run "
+                   "(for ablations compared with it)")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_pretrain)

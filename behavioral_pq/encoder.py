@@ -44,12 +44,15 @@ class Encoder:
         probe_set: the probe set its spectra are measured with.
         config: the checkpoint's config.json.
         pooling: "mean" (mean of the P probe states, the default) or "cls" (the [CLS] state).
+        reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method) or "absolute"
+            (an ablation; such an encoder needs the modules' original Autophase, see :meth:`embed_spectra`).
     """
 
     def __init__(self, checkpoint, pooling: Optional[str] = None):
         self.model, self.quantizer, self.probe_set = checkpoint.model, checkpoint.quantizer, checkpoint.probe_set
         self.config, self.path = checkpoint.config, checkpoint.path
         self.pooling = pooling or checkpoint.config.get("pooling", "mean")
+        self.reaction = checkpoint.config.get("reaction", "log-relative")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
 
@@ -85,8 +88,20 @@ class Encoder:
                 out[i] = self.model.embed(x, self.pooling)[0].numpy()
         return out
 
-    def embed_spectra(self, spectra: np.ndarray) -> np.ndarray:
-        """Embeddings of spectra: float32 (N, P, 56) -> float32 (N, D)."""
+    def embed_spectra(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
+        """Embeddings of log-relative spectra: float32 (N, P, 56) -> float32 (N, D).
+
+        Args:
+            original: int (N, 56), the modules' Autophase before the probes; needed only by an encoder whose
+                ``reaction`` is "absolute".
+        """
+        from behavioral_pq.reaction import as_reaction
+
+        if self.reaction != "log-relative":
+            if original is None:
+                raise ValueError(f"{self.path}: this encoder reads {self.reaction} reactions; pass the modules' "
+                                 "original Autophase as `original`")
+            spectra = as_reaction(np.asarray(original)[:, None, :], spectra, self.reaction)
         return self.embed_codes(self.codes(spectra))
 
     # -- from modules --------------------------------------------------------------------------------------------
@@ -97,9 +112,11 @@ class Encoder:
         Raises:
             InvalidIRError, CompileError, PassCrashError, PassTimeoutError: the module could not be measured.
         """
-        from behavioral_pq.reaction import spectrum
+        from behavioral_pq.reaction import spectra
 
-        return self.embed_spectra(spectrum(module, self.probe_set)[None])[0]
+        batch = spectra([module], self.probe_set)
+        batch.raise_first()
+        return self.embed_spectra(batch.spectra, batch.autophase[:, 0])[0]
 
     def embed_many(self, modules: Sequence, *, workers: Optional[int] = None, progress: bool = False,
                    errors: Optional[List] = None) -> np.ndarray:
@@ -133,7 +150,8 @@ class Encoder:
         for k, (i, _) in enumerate(loaded):
             problems[i] = problems[i] or batch.errors[k]
         if measured:
-            values = self.embed_spectra(batch.spectra[[k for _, k in measured]])
+            rows = [k for _, k in measured]
+            values = self.embed_spectra(batch.spectra[rows], batch.autophase[rows, 0])
             out[[i for i, _ in measured]] = values
         for i, problem in enumerate(problems):
             if problem is not None:

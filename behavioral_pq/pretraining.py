@@ -65,12 +65,20 @@ class TrainingConfig:
     shuffle_buffer: int = 8192         # modules held for shuffling
     quantizer_rows: int = 262_144      # reaction rows sampled to fit the quantizer
     validation_modules: int = 1000     # at most this many modules per held-out split
+    reaction: str = "log-relative"     # or "absolute" (ablation: h_opt - h_orig)
+    quantizer_subspaces: int = 8       # M; 1 makes the quantizer k-means on whole reaction rows (ablation)
 
     def __post_init__(self):
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "shuffle_buffer", "quantizer_rows",
                      "validation_modules"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        from behavioral_pq.reaction import REACTIONS
+
+        if self.reaction not in REACTIONS:
+            raise ValueError(f"reaction must be one of {REACTIONS}, got {self.reaction!r}")
+        if self.quantizer_subspaces <= 0 or 56 % self.quantizer_subspaces:
+            raise ValueError(f"quantizer_subspaces must divide 56, got {self.quantizer_subspaces}")
         if not 0.0 < self.mask_probability < 1.0:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
 
@@ -131,13 +139,14 @@ def split_modules(corpus, seed: int, limit: int, measured: Optional[set] = None)
     return {"train": train, **held}
 
 
-def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int) -> np.ndarray:
+def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int, reaction: str = "log-relative"
+                ) -> np.ndarray:
     """A uniform reservoir sample of ``size`` reaction rows, float32 (<= size, 56), from the spectra of ``shas``
     (streamed)."""
     rng = np.random.default_rng(seed)
     reservoir = np.zeros((size, 56), np.float32)
     seen = 0
-    for _, spectra in corpus.iter_spectra(probe_set, shas=shas):
+    for _, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
         rows = spectra.reshape(-1, 56)
         index = seen + np.arange(len(rows))
         fill = index < size
@@ -149,14 +158,15 @@ def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int) ->
     return reservoir[:min(seen, size)]
 
 
-def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path) -> List[str]:
+def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path, reaction: str = "log-relative"
+                 ) -> List[str]:
     """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes); returns
     the hashes of the modules written (those with a measured spectrum)."""
     schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary())])
     tmp = path.with_name(path.name + ".tmp")
     written: List[str] = []
     with pq.ParquetWriter(tmp, schema) as writer:
-        for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas):
+        for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
             n, p, d = spectra.shape
             codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)              # (n, P, M)
             writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes]},
@@ -167,8 +177,13 @@ def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path) 
 
 
 def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config: PretrainConfig,
-            probes=None) -> dict:
-    """Fit the quantizer and encode the corpus into ``out`` (skipped when ``out/prepare.json`` exists)."""
+            probes=None, modules_like: Optional[Union[str, os.PathLike]] = None) -> dict:
+    """Fit the quantizer and encode the corpus into ``out`` (skipped when ``out/prepare.json`` exists).
+
+    Args:
+        modules_like: another run folder whose train / valid / test modules to use, so that an ablation sees
+            exactly the data of the run it is compared with (default: :func:`split_modules`).
+    """
     from behavioral_pq.corpus.reader import Corpus
 
     out = Path(out)
@@ -178,18 +193,23 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
     t = config.training
     corpus = Corpus(store)
     probe_set = load_probes(probes)
-    splits = split_modules(corpus, t.seed, t.validation_modules, corpus.store.keys("spectra", probe_set=probe_set.hash))
+    if modules_like is not None:
+        splits = {name: pq.read_table(Path(modules_like) / "codes" / f"{name}.parquet", columns=["sha256"])
+                  .column(0).to_pylist() for name in ("train", "valid", "test")}
+    else:
+        splits = split_modules(corpus, t.seed, t.validation_modules,
+                               corpus.store.keys("spectra", probe_set=probe_set.hash))
     start = time.perf_counter()
-    rows = sample_rows(corpus, probe_set, splits["train"], t.quantizer_rows, t.seed)
+    rows = sample_rows(corpus, probe_set, splits["train"], t.quantizer_rows, t.seed, t.reaction)
     if len(rows) == 0:
         raise PretrainError(f"{store}: no stored spectra for probe set {probe_set.name} among the pretraining "
                             f"modules; run: bpq corpus spectra {store}")
-    quantizer = Quantizer(seed=t.seed).fit(rows)
+    quantizer = Quantizer(num_subspaces=t.quantizer_subspaces, seed=t.seed).fit(rows)
     fit_seconds = time.perf_counter() - start
     (out / "codes").mkdir(parents=True, exist_ok=True)
     quantizer.save(out / "quantizer.npz")
     probe_set.save(out / "probes.json")
-    encoded = {name: encode_split(corpus, probe_set, quantizer, shas, out / "codes" / f"{name}.parquet")
+    encoded = {name: encode_split(corpus, probe_set, quantizer, shas, out / "codes" / f"{name}.parquet", t.reaction)
                for name, shas in splits.items()}
     valid_rows = np.concatenate([c.reshape(-1, quantizer.num_subspaces)
                                  for c in iter_code_arrays(out / "codes" / "valid.parquet")] or
@@ -534,7 +554,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
 
         final = mlm_accuracy(model, valid, t.mask_probability, t.seed + 1) if len(valid) else None
         summary["valid"] = final
-        save_encoder(run / "encoder", model.cpu(), quantizer, probe_set,
+        save_encoder(run / "encoder", model.cpu(), quantizer, probe_set, reaction=t.reaction,
                      corpus=prepared["corpus"], seed=t.seed, training={**config.to_dict()["training"],
                                                                        "steps": step, "seconds": round(elapsed, 1),
                                                                        "processes": dist_info.world,
@@ -598,8 +618,8 @@ def plot_training_curve(log_path: Path, out: Path) -> None:
 
 def pretrain(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config: PretrainConfig, *,
              probes=None, device: Optional[str] = None, progress: bool = False,
-             max_steps: Optional[int] = None) -> dict:
-    """Prepare (rank 0) and train; see the module docstring."""
+             max_steps: Optional[int] = None, modules_like: Optional[Union[str, os.PathLike]] = None) -> dict:
+    """Prepare (rank 0) and train; see the module docstring (``modules_like``: see :func:`prepare`)."""
     dist_info, _ = _init_distributed(device)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -608,6 +628,6 @@ def pretrain(store: Union[str, os.PathLike], out: Union[str, os.PathLike], confi
         if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
             raise PretrainError(f"{out} holds a run with another configuration ({saved}); use another --out")
         saved.write_text(json.dumps(config.to_dict(), indent=2) + "\n")
-        prepare(store, out, config, probes)
+        prepare(store, out, config, probes, modules_like)
     dist_info.barrier()
     return train(out, config, device=device, progress=progress, max_steps=max_steps)

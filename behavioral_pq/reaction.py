@@ -31,6 +31,34 @@ def log_relative(original: np.ndarray, optimized: np.ndarray) -> np.ndarray:
     return (np.log1p(np.maximum(0.0, optimized)) - np.log1p(np.maximum(0.0, original))).astype(np.float32)
 
 
+#: How a reaction row is expressed: ``log-relative`` (the method) or ``absolute`` (``h_opt - h_orig``, an ablation).
+REACTIONS = ("log-relative", "absolute")
+
+
+def absolute_from_log_relative(original: np.ndarray, spectra: np.ndarray) -> np.ndarray:
+    """Absolute reactions ``max(0, h_opt) - max(0, h_orig)`` recovered from log-relative ones (exact up to float32
+    rounding, since ``log1p`` is invertible).
+
+    Args:
+        original: Autophase before, shape (..., 56) (broadcast against ``spectra``, e.g. (N, 1, 56)).
+        spectra: log-relative reactions, float32 (..., P, 56).
+    Returns:
+        float32 with the broadcast shape.
+    """
+    base = np.log1p(np.maximum(0.0, np.asarray(original, dtype=np.float64)))
+    optimized = np.expm1(np.asarray(spectra, dtype=np.float64) + base)
+    return np.round(optimized - np.expm1(base)).astype(np.float32)
+
+
+def as_reaction(original: np.ndarray, spectra: np.ndarray, reaction: str) -> np.ndarray:
+    """Log-relative ``spectra`` expressed as ``reaction`` (one of :data:`REACTIONS`)."""
+    if reaction == "log-relative":
+        return np.asarray(spectra, dtype=np.float32)
+    if reaction == "absolute":
+        return absolute_from_log_relative(original, spectra)
+    raise ValueError(f"reaction must be one of {REACTIONS}, got {reaction!r}")
+
+
 @dataclass(frozen=True)
 class SpectrumBatch:
     """Result of :func:`spectra`.

@@ -76,10 +76,10 @@ class Corpus:
                 if only is None or sha in only:
                     yield Module(bitcode, name=sha[:12])
 
-    def iter_spectra(self, probes=None, *, shas: Optional[Iterable[str]] = None, batch_size: int = 1024
-                     ) -> Iterator[Tuple[List[str], np.ndarray]]:
+    def iter_spectra(self, probes=None, *, shas: Optional[Iterable[str]] = None, batch_size: int = 1024,
+                     reaction: str = "log-relative") -> Iterator[Tuple[List[str], np.ndarray]]:
         """Stream stored spectra for a probe set in store order: (module hashes, float32 (n, P, 56)) per batch;
-        failed modules are left out.
+        failed modules are left out. ``reaction="absolute"`` gives ``h_opt - h_orig`` instead (an ablation).
 
         Memory: one batch of spectra plus the modules' original Autophase rows (56 int32 per module), never all
         spectra at once.
@@ -88,8 +88,10 @@ class Corpus:
             CorpusError: no spectra stored for that probe set (run ``bpq corpus spectra`` first).
         """
         from behavioral_pq.probes import load_probes
-        from behavioral_pq.reaction import log_relative
+        from behavioral_pq.reaction import REACTIONS, log_relative
 
+        if reaction not in REACTIONS:
+            raise ValueError(f"reaction must be one of {REACTIONS}, got {reaction!r}")
         probe_set = load_probes(probes)
         if probe_set.hash not in self.store.probe_sets():
             raise CorpusError(f"{self.path}: no spectra for probe set {probe_set.hash[:12]} ({probe_set.name}); "
@@ -110,7 +112,9 @@ class Corpus:
                     after.append(np.frombuffer(blob, dtype="<i4").reshape(p, 56))
             if order:
                 original = np.stack([before[s] for s in order]).astype(np.int64)[:, None, :]   # (n, 1, 56)
-                yield order, log_relative(original, np.stack(after))
+                after = np.stack(after)
+                yield order, (log_relative(original, after) if reaction == "log-relative"
+                              else (np.maximum(after, 0) - np.maximum(original, 0)).astype(np.float32))
 
     def spectra(self, probes=None, *, shas: Optional[Sequence[str]] = None) -> Tuple[List[str], np.ndarray]:
         """Stored spectra for a probe set: (module hashes, float32 (N, P, 56)), all in memory, in the order of

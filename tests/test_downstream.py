@@ -1,0 +1,276 @@
+"""Downstream: set-valued scoring, estimators, intermediate states, saved predictors, evaluation and the CLI."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import behavioral_pq as bpq
+from behavioral_pq.catalog import get_pass
+from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_corpus
+from behavioral_pq.datasets import module_items, state_items
+from behavioral_pq.downstream import (BestPassClassifier, OzBenefitRegressor, PriorClassifier, PriorRegressor,
+                                      TrainSettings, knn_top1, top_k_accuracy)
+from behavioral_pq.encoder import load_encoder
+from behavioral_pq.evaluation import EvaluationConfig, evaluate
+from behavioral_pq.predictors import PassScore, PredictorError, load_predictor, train_predictor
+from behavioral_pq.pretraining import PretrainConfig, TrainingConfig, pretrain
+from behavioral_pq.probes import random_probes
+from behavioral_pq.states import (NO_PASS, build_states, draw_prefixes, next_pass_labels, read_states, replay,
+                                  state_spectra)
+
+from conftest import EXAMPLES
+
+FAST = TrainSettings(max_epochs=40, patience=10)
+
+
+# -- scoring and estimators on synthetic data ------------------------------------------------------------------
+
+
+def test_set_valued_top_k_scoring():
+    scores = np.array([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]])
+    sets = [[2, 1], [1], [0]]
+    # row 0: top-1 is class 1, in {1, 2}; row 1: top-1 is 0, not in {1}; row 2: top-1 is 2, not in {0}
+    assert top_k_accuracy(scores, sets, 1) == pytest.approx(1 / 3)
+    assert top_k_accuracy(scores, sets, 2) == pytest.approx(2 / 3)   # row 1's second choice is 1
+    assert top_k_accuracy(scores, sets, 3) == 1.0
+    with pytest.raises(ValueError):
+        top_k_accuracy(scores, sets[:2], 1)
+    prior = PriorClassifier(3).fit(np.zeros((4, 1)), [[0], [0, 1], [1], [1, 2]])   # class 1 is in 3 of 4 sets
+    assert prior.predict_proba(np.zeros((2, 1))).argmax(axis=1).tolist() == [1, 1]
+    assert PriorRegressor().fit(None, [0.1, 0.3]).predict(np.zeros((3, 1))).tolist() == pytest.approx([0.2] * 3)
+
+
+def synthetic(n=1200, seed=0):
+    """Four clusters; cluster 3's label is the tie {3, 4}; the regression target depends on feature 0."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 12)).astype(np.float32)
+    cluster = (X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0)
+    sets = [[int(c)] if c < 3 else [3, 4] for c in cluster]
+    target = 0.3 * (X[:, 0] > 0) + 0.05 * X[:, 2] + 0.1
+    return X, sets, target
+
+
+def test_classifier_learns_set_labels_saves_and_refuses_bad_input(tmp_path):
+    X, sets, _ = synthetic()
+    model = BestPassClassifier(FAST, num_classes=6).fit(X[:900], sets[:900], X[900:1000], sets[900:1000])
+    assert model.score(X[1000:], sets[1000:], 1) >= 0.9
+    assert model.score(X[1000:], sets[1000:], 1) > PriorClassifier(6).fit(X[:900], sets[:900]).score(
+        X[1000:], sets[1000:], 1) + 0.4
+    p = model.predict_proba(X[:7])
+    assert p.shape == (7, 6) and np.allclose(p.sum(axis=1), 1.0, atol=1e-5)
+    assert model.predict(X[:7], k=3).shape == (7, 3)
+    # the tie class pair {3, 4} shares the probability mass of cluster 3, class 5 never appears
+    assert p[:, 5].max() < 0.05
+    loaded = BestPassClassifier.load(model.save(tmp_path / "clf"))
+    assert np.array_equal(loaded.predict_proba(X[:50]), model.predict_proba(X[:50]))
+    with pytest.raises(ValueError, match="features"):
+        model.predict_proba(X[:3, :5])
+    bad = X[:3].copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        model.predict_proba(bad)
+    with pytest.raises(ValueError, match="not 'oz-benefit'"):
+        OzBenefitRegressor.load(tmp_path / "clf")
+    with pytest.raises(RuntimeError, match="not fitted"):
+        BestPassClassifier().predict_proba(X[:2])
+
+
+def test_regressor_learns_and_beats_the_prior():
+    X, _, y = synthetic()
+    model = OzBenefitRegressor(FAST).fit(X[:900], y[:900], X[900:1000], y[900:1000])
+    prior = PriorRegressor().fit(X[:900], y[:900]).score(X[1000:], y[1000:])
+    mae = model.score(X[1000:], y[1000:])
+    assert mae < 4.0 and mae < prior / 3       # points; the prior is ~15 points off
+    assert model.predict(X[:4]).dtype == np.float32
+
+
+def test_knn_vote_follows_the_neighbourhood():
+    X, sets, _ = synthetic()
+    X = X[:, :3]        # the two informative features and one of noise
+    assert knn_top1(X[:1000], sets[:1000], X[1000:], sets[1000:], num_classes=6, k=5) >= 0.85
+    noise = np.random.default_rng(1).normal(size=X.shape)
+    assert knn_top1(noise[:1000], sets[:1000], noise[1000:], sets[1000:], num_classes=6, k=5) < 0.5
+
+
+def test_next_pass_labels_have_an_explicit_no_pass_class():
+    assert next_pass_labels(10, [12, 8, 8, 10]) == [1, 2]
+    assert next_pass_labels(10, [10, 11, 10, 12]) == [NO_PASS]      # nothing reduces: not a tie of no-ops
+
+
+# -- a small generated corpus, states, encoders ----------------------------------------------------------------
+
+
+def varied_programs(directory, count):
+    """Small C programs of a few shapes (loops, dead code, constant branches, helpers to inline)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shapes = [
+        "int data[{n}];\nint f{i}(int n) {{ int s = {i}; for (int k = 0; k < n && k < {n}; k++) s += data[k] * {m};"
+        " return s; }}\n",
+        "int f{i}(int x) {{ int unused = x * {m}; int y = x + {i}; if ({m} > 3) y += 1; return y; }}\n",
+        "static int h{i}(int a) {{ return a * {m} + {i}; }}\nint f{i}(int x) {{ return h{i}(x) + h{i}(x + 1); }}\n",
+        "int f{i}(int *p, int n) {{ int t = 0; for (int k = 0; k < n; k++) {{ t += p[k]; p[k] = t % {n}; }}"
+        " return t; }}\n",
+        "int f{i}(int x) {{ switch (x % 4) {{ case 0: return {i}; case 1: return {m}; case 2: return x; }}"
+        " return -1; }}\n",
+    ]
+    for i in range(count):
+        (directory / f"v{i:03d}.c").write_text(shapes[i % len(shapes)].format(i=i, n=8 + i, m=i % 5 + 1))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A labelled, split store of 60 programs with spectra for 16 short probes, a state folder and two small
+    pretrained encoders (PQ, and the k-means ablation) on it."""
+    root = tmp_path_factory.mktemp("downstream")
+    store = root / "store"
+    build_corpus(discover([varied_programs(root / "src", 60), EXAMPLES], origin="t"), store, workers=2)
+    split_corpus(store, fractions=[0.6, 0.2, 0.2], seed=0)
+    probe_set = random_probes(16, 6, seed=3)
+    probes = probe_set.save(root / "probes.json")
+    compute_spectra(store, probes, workers=2)
+    training = dict(batch_size=8, max_steps=8, eval_every=4, log_every=2, warmup_steps=2, quantizer_rows=4096)
+    pretrain(store, root / "run", PretrainConfig(model={"preset": "tiny"}, training=TrainingConfig(**training)),
+             probes=probes)
+    pretrain(store, root / "kmeans", PretrainConfig(
+        model={"preset": "tiny", "num_subspaces": 1, "sub_embedding_size": 64},
+        training=TrainingConfig(**training, quantizer_subspaces=1)), probes=probes, modules_like=root / "run")
+    items = module_items(store, probes)
+    build_states(store, root / "states", items.ids, probes=probes, random_states=1, oz_states=1, workers=2)
+    return {"root": root, "store": store, "probes": probes, "probe_set": probe_set, "states": root / "states",
+            "encoder": load_encoder(root / "run" / "encoder"), "kmeans": root / "kmeans" / "encoder"}
+
+
+def test_states_are_reproducible_and_their_prefix_recreates_them(world, engine):
+    program = sorted(set(read_states(world["states"], ["program"]).column(0).to_pylist()))[0]
+    assert draw_prefixes(program, seed=0) == draw_prefixes(program, seed=0)
+    assert draw_prefixes(program, seed=0) != draw_prefixes(program, seed=1)
+    plans = draw_prefixes(program, random_states=3, oz_states=2, seed=0)
+    assert [k for k, _ in plans] == ["random"] * 3 + ["oz-like"] * 2
+    assert all(1 <= len(p) <= 30 for _, p in plans[:3])
+    table = read_states(world["states"], status="ok")
+    rows = [r for r in table.to_pylist() if r["program"] == program]
+    assert len(rows) == 2
+    from behavioral_pq.corpus import Corpus
+
+    module = next(Corpus(world["store"]).iter_modules(only={program}))
+    for row in rows:
+        state = replay(module, row["prefix"], engine=engine)
+        assert state.sha256 == row["sha256"]
+        assert state.instruction_count == row["instruction_count"]
+        spectrum = state_spectra(table.filter(__import__("pyarrow").compute.equal(table["sha256"], row["sha256"])),
+                                 16)[0]
+        assert np.array_equal(spectrum, bpq.spectrum(state, world["probe_set"], engine=engine))
+        for index in (get_pass("-mem2reg").index, get_pass("-sroa").index, get_pass("-instcombine").index):
+            assert bpq.optimize(state, [index], engine=engine).instruction_count == row["pass_counts"][index]
+    # resuming does nothing new; other settings are refused
+    again = build_states(world["store"], world["states"], [program], probes=world["probes"], random_states=1,
+                         oz_states=1, workers=1)
+    assert again["programs"] == 0
+    with pytest.raises(ValueError, match="other settings"):
+        build_states(world["store"], world["states"], [program], probes=world["probes"], random_states=3)
+
+
+def test_items_have_consistent_labels(world):
+    items = module_items(world["store"], world["probes"])
+    n = len(items)
+    assert n == 60 + len(list(EXAMPLES.glob("*.c"))) and set(items.splits) == {"train", "valid", "test"}
+    assert items.spectra.shape == (n, 16, 56)
+    sets = items.best_pass_sets()
+    assert all(items.pass_counts[i][list(s)].min() == items.pass_counts[i].min() for i, s in enumerate(sets))
+    benefit = items.oz_benefit()
+    assert ((benefit > 0) & (benefit < 1)).all()
+    states = state_items(world["states"])
+    assert len(states) == 2 * n and sorted(set(states.kinds)) == ["oz-like", "random"]
+    # a state's split is its program's: no program has states on two sides
+    assert all(len({sp for g, sp in zip(states.groups, states.splits) if g == p}) == 1 for p in set(states.groups))
+
+
+def test_trained_predictors_reach_a_stated_accuracy_and_refuse_other_encoders(world, tmp_path):
+    encoder = world["encoder"]
+    summary = train_predictor("best-pass", world["store"], tmp_path / "bp", encoder=encoder,
+                              states=world["states"], settings=FAST)
+    assert summary["training"]["items"]["train"] > 50
+    predictor = load_predictor(tmp_path / "bp", encoder=encoder)
+    ranked = bpq.predict_best_pass(EXAMPLES / "matmul.c", k=5, predictor=predictor)
+    assert len(ranked) == 5 and all(isinstance(p, PassScore) for p in ranked)
+    assert [p.score for p in ranked] == sorted((p.score for p in ranked), reverse=True)
+    # stated accuracy on this corpus: the true best pass is among the top 5 for at least 90% of training items
+    items = module_items(world["store"], world["probes"]).split("train")
+    X = encoder.embed_spectra(items.spectra)
+    assert predictor.estimator.score(X, items.next_pass_sets(), 5) >= 0.9
+
+    train_predictor("oz-benefit", world["store"], tmp_path / "oz", encoder=encoder, settings=FAST)
+    oz = load_predictor(tmp_path / "oz", encoder=encoder)
+    value = bpq.predict_oz_benefit(EXAMPLES / "matmul.c", predictor=oz)
+    assert isinstance(value, float) and -0.5 < value < 1.5
+    prior = PriorRegressor().fit(None, items.oz_benefit()).score(X, items.oz_benefit())
+    assert oz.estimator.score(X, items.oz_benefit()) < prior
+
+    other = load_encoder(world["kmeans"])       # same probe set, other weights
+    with pytest.raises(PredictorError, match="trained on encoder"):
+        load_predictor(tmp_path / "oz", encoder=other)
+    with pytest.raises(PredictorError, match="not 'best-pass'"):
+        load_predictor(tmp_path / "oz", kind="best-pass", encoder=encoder)
+    with pytest.raises(PredictorError, match="not 'best-pass'"):
+        bpq.predict_best_pass(EXAMPLES / "matmul.c", predictor=oz)
+    (tmp_path / "oz" / "predictor.json").write_text("{not json")
+    with pytest.raises(PredictorError, match="unreadable"):
+        load_predictor(tmp_path / "oz", encoder=encoder)
+    with pytest.raises(PredictorError, match="not a predictor"):
+        load_predictor(tmp_path / "nothing", encoder=encoder)
+
+
+def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
+    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST)
+    report = evaluate(world["store"], tmp_path / "report", states=world["states"], encoder=world["encoder"],
+                      ablations={"kmeans": world["kmeans"]}, config=config)
+    methods = ["prior", "autophase", "instcount", "raw-spectrum", "pqbert", "no-transformer", "kmeans"]
+    assert list(report["representations"]) == methods
+    for task in ("task1", "task1b", "oz"):
+        assert all(m in report["tasks"][task] for m in methods)
+    assert len(report["tasks"]["task1b"]["pqbert"]["runs"]) == 2
+    assert report["representations"]["raw-spectrum"] == 16 * 56
+    text = (tmp_path / "report" / "report.md").read_text()
+    for m in methods:
+        assert f"| {m} |" in text
+    assert "Task 1b" in text and "Targets" in text and "Confusion" in text
+    assert (tmp_path / "report" / "tsne-task1b.png").stat().st_size > 10_000
+    saved = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert {c["target"].split(":")[0] for c in saved["targets"]} >= {"task1b top1", "task1b top5", "oz"}
+    # the prior's Top-1 on task 1 equals the test share of the most frequent training best pass
+    prior = saved["tasks"]["task1"]["prior"]["top1"]["mean"]
+    assert 0.0 <= prior <= 1.0
+
+
+def bpq_cli(*args):
+    return subprocess.run([sys.executable, "-m", "behavioral_pq", *map(str, args)], capture_output=True, text=True)
+
+
+def test_cli_train_predict_and_states_end_to_end(world, tmp_path):
+    encoder_dir = world["root"] / "run" / "encoder"
+    done = bpq_cli("train", "oz", "--corpus", world["store"], "--out", tmp_path / "oz", "--checkpoint",
+                   encoder_dir, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["training"]["items"]["train"] > 0
+    bad = tmp_path / "bad.ll"
+    bad.write_text("this is not IR\n")
+    done = bpq_cli("predict", "oz", EXAMPLES / "matmul.c", bad, "--predictor", tmp_path / "oz", "--checkpoint",
+                   encoder_dir, "--json")
+    assert done.returncode == 1                 # one file failed, the other is still answered
+    out = json.loads(done.stdout)
+    assert isinstance(out[0]["prediction"], float) and "error" in out[1]
+    done = bpq_cli("predict", "oz", EXAMPLES / "matmul.c", "--predictor", tmp_path / "oz")
+    assert done.returncode != 0 and "trained on encoder" in done.stderr and "Traceback" not in done.stderr
+    done = bpq_cli("train", "oz", "--corpus", tmp_path / "missing", "--out", tmp_path / "x")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    done = bpq_cli("corpus", "states", world["store"], "--out", tmp_path / "st", "--programs", "train=2,test=1",
+                   "--max-instructions", "100000", "--probes", world["probes"], "--random", "1", "--oz-like", "0",
+                   "--json", "-q")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] == 3
+    assert "--ablation" in bpq_cli("evaluate", "--help").stdout
+
