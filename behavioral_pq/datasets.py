@@ -132,11 +132,12 @@ def _empty(num_probes: int) -> ItemSet:
                    np.zeros(0, np.int64), [])
 
 
-def embeddings(items: ItemSet, encoder) -> np.ndarray:
-    """float32 (N, D): the encoder's embeddings of the items' spectra."""
+def embeddings(items: ItemSet, encoder, batch_size: int = 128) -> np.ndarray:
+    """float32 (N, D): the encoder's embeddings of the items' spectra, ``batch_size`` modules per forward pass
+    (bulk work: much faster than one by one, equal to it up to float rounding)."""
     if len(items) == 0:
         return np.zeros((0, encoder.dim), np.float32)
-    return encoder.embed_spectra(items.spectra, items.autophase)
+    return encoder.embed_spectra(items.spectra, items.autophase, batch_size)
 
 
 def concat(parts: Sequence[ItemSet]) -> ItemSet:

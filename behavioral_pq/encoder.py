@@ -26,13 +26,17 @@ logger = logging.getLogger(__name__)
 POOLINGS = ("mean", "cls")
 
 
-def default_checkpoint() -> Path:
-    """The shipped encoder: installed inside the package, or ``checkpoints/`` of a source checkout."""
-    name = "pqbert-small-s0"
+def shipped(name: str) -> Path:
+    """A shipped model folder: installed inside the package, or ``checkpoints/`` of a source checkout."""
     inside = Path(__file__).parent / "data" / "checkpoints" / name
     if inside.is_dir():
         return inside
     return Path(__file__).resolve().parent.parent / "checkpoints" / name
+
+
+def default_checkpoint() -> Path:
+    """The shipped encoder."""
+    return shipped("pqbert-small-s0")
 
 
 class Encoder:
@@ -76,24 +80,31 @@ class Encoder:
         n = len(spectra)
         return self.quantizer.encode(spectra.reshape(n * p, 56)).reshape(n, p, -1)
 
-    def embed_codes(self, codes: np.ndarray) -> np.ndarray:
-        """Embeddings of codes: uint8 (N, P, M) -> float32 (N, D), one module per forward pass."""
+    def embed_codes(self, codes: np.ndarray, batch_size: int = 1) -> np.ndarray:
+        """Embeddings of codes: uint8 (N, P, M) -> float32 (N, D).
+
+        ``batch_size=1`` (the default) runs one module per forward pass, so a module's embedding never depends on
+        what it is batched with. Larger batches are several times faster on a loaded CPU; they may differ from
+        it in the last bits (used for bulk evaluation data, see ``datasets.embeddings``).
+        """
         import torch
 
         codes = np.asarray(codes)
         out = np.zeros((len(codes), self.dim), np.float32)
         with torch.inference_mode():
-            for i, item in enumerate(codes):
-                x = torch.from_numpy(item.astype(np.int64))[None]                         # (1, P, M)
-                out[i] = self.model.embed(x, self.pooling)[0].numpy()
+            for start in range(0, len(codes), batch_size):
+                x = torch.from_numpy(codes[start:start + batch_size].astype(np.int64))       # (b, P, M)
+                out[start:start + len(x)] = self.model.embed(x, self.pooling).numpy()
         return out
 
-    def embed_spectra(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
+    def embed_spectra(self, spectra: np.ndarray, original: Optional[np.ndarray] = None, batch_size: int = 1
+                      ) -> np.ndarray:
         """Embeddings of log-relative spectra: float32 (N, P, 56) -> float32 (N, D).
 
         Args:
             original: int (N, 56), the modules' Autophase before the probes; needed only by an encoder whose
                 ``reaction`` is "absolute".
+            batch_size: modules per forward pass (see :meth:`embed_codes`).
         """
         from behavioral_pq.reaction import as_reaction
 
@@ -102,7 +113,7 @@ class Encoder:
                 raise ValueError(f"{self.path}: this encoder reads {self.reaction} reactions; pass the modules' "
                                  "original Autophase as `original`")
             spectra = as_reaction(np.asarray(original)[:, None, :], spectra, self.reaction)
-        return self.embed_codes(self.codes(spectra))
+        return self.embed_codes(self.codes(spectra), batch_size)
 
     # -- from modules --------------------------------------------------------------------------------------------
 

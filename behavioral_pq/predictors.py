@@ -29,7 +29,6 @@ from behavioral_pq.errors import BPQError
 FORMAT = "behavioral_pq.predictor"
 FORMAT_VERSION = 1
 KINDS = ("best-pass", "oz-benefit")
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 DEFAULT_NAMES = {"best-pass": "pqbert-small-s0-best-pass", "oz-benefit": "pqbert-small-s0-oz"}
 
 
@@ -111,12 +110,12 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
         PredictorError: missing or unreadable folder, another format or kind, or an encoder mismatch.
     """
     from behavioral_pq.downstream import BestPassClassifier, OzBenefitRegressor
-    from behavioral_pq.encoder import load_encoder
+    from behavioral_pq.encoder import load_encoder, shipped
 
     if path is None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS} when no path is given")
-        path = CHECKPOINTS / DEFAULT_NAMES[kind]
+        path = shipped(DEFAULT_NAMES[kind])
     path = Path(path)
     try:
         config = json.loads((path / "predictor.json").read_text())

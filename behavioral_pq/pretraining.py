@@ -211,8 +211,8 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
     probe_set.save(out / "probes.json")
     encoded = {name: encode_split(corpus, probe_set, quantizer, shas, out / "codes" / f"{name}.parquet", t.reaction)
                for name, shas in splits.items()}
-    valid_rows = np.concatenate([c.reshape(-1, quantizer.num_subspaces)
-                                 for c in iter_code_arrays(out / "codes" / "valid.parquet")] or
+    m = quantizer.num_subspaces
+    valid_rows = np.concatenate([c.reshape(-1, m) for c in iter_code_arrays(out / "codes" / "valid.parquet", m)] or
                                 [np.zeros((0, quantizer.num_subspaces), np.uint8)])
     summary = {
         "store": str(Path(store).resolve()), "corpus": corpus_description(corpus, encoded["train"]),

@@ -274,3 +274,12 @@ def test_cli_train_predict_and_states_end_to_end(world, tmp_path):
     assert json.loads(done.stdout)["ok"] == 3
     assert "--ablation" in bpq_cli("evaluate", "--help").stdout
 
+
+def test_shipped_predictors_answer_for_the_examples():
+    ranked = bpq.predict_best_pass(EXAMPLES / "sum_array.c", k=3)
+    assert len(ranked) == 3 and ranked[0].score >= ranked[1].score >= ranked[2].score
+    module = bpq.load_module(EXAMPLES / "sum_array.c")
+    counts = [bpq.optimize(module, [p.index]).instruction_count for p in ranked if p.index < 124]
+    assert min(counts) < module.instruction_count      # one of its top 3 passes does reduce the module
+    actual = 1 - bpq.optimize(module, "Oz").instruction_count / module.instruction_count
+    assert abs(bpq.predict_oz_benefit(module) - actual) < 0.25
