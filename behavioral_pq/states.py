@@ -32,7 +32,6 @@ import pyarrow.parquet as pq
 from behavioral_pq.catalog import OZ_LIKE_ORDER, PASSES, get_pass, sequence_pipeline
 from behavioral_pq.corpus.labels import LABEL_PIPELINES, NUM_PASSES, TOTAL_INSTS
 from behavioral_pq.errors import BPQError
-from behavioral_pq.features import INSTCOUNT_FEATURES
 
 FORMAT = "behavioral_pq.states"
 FORMAT_VERSION = 1
@@ -241,7 +240,7 @@ def state_spectra(table: pa.Table, num_probes: int) -> np.ndarray:
                                                                                              np.float32)
 
 
-__all__ = ["NO_PASS", "NUM_CLASSES", "INSTCOUNT_FEATURES", "next_pass_labels", "draw_prefixes", "replay",
+__all__ = ["NO_PASS", "NUM_CLASSES", "next_pass_labels", "draw_prefixes", "replay",
            "measure_states", "build_states", "read_states", "states_settings", "state_spectra", "choose_programs"]
 
 
