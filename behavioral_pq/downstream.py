@@ -83,9 +83,15 @@ def knn_top1(train_x: np.ndarray, train_sets: LabelSets, test_x: np.ndarray, tes
     return top_k_accuracy(votes, test_sets, 1)
 
 
-def _standardize_pair(train: np.ndarray, test: np.ndarray):
-    mean, scale = train.mean(axis=0), train.std(axis=0)
+def standard_scale(X: np.ndarray):
+    """Per-feature (mean, scale) of rows X; constant features get scale 1."""
+    mean, scale = X.mean(axis=0), X.std(axis=0)
     scale[scale < 1e-6] = 1.0
+    return mean, scale
+
+
+def _standardize_pair(train: np.ndarray, test: np.ndarray):
+    mean, scale = standard_scale(train)
     return (train - mean) / scale, (test - mean) / scale
 
 
@@ -130,9 +136,6 @@ class _MLPEstimator:
     def _validation_score(self, X: np.ndarray, y) -> float:
         """Higher is better."""
         raise NotImplementedError
-
-    def _meta(self) -> dict:
-        return {}
 
     def _output_bias(self, y) -> Optional[np.ndarray]:
         """Initial bias of the last layer, so that training starts from the prior (None: PyTorch's default)."""
@@ -195,10 +198,8 @@ class _MLPEstimator:
             X_valid, y_valid = X[order[:cut]], [y[i] for i in order[:cut]]
             X, y = X[order[cut:]], [y[i] for i in order[cut:]]
         X_valid = self._check_x(X_valid)
-        self.mean_ = X.mean(axis=0)
-        scale = X.std(axis=0)
-        scale[scale < 1e-6] = 1.0
-        self.scale_ = scale.astype(np.float32)
+        mean, scale = standard_scale(X)
+        self.mean_, self.scale_ = mean, scale.astype(np.float32)
         torch.manual_seed(s.seed)
         self.net_ = self._build(X.shape[1])
         bias = self._output_bias(y)
@@ -245,7 +246,8 @@ class _MLPEstimator:
         save_file(tensors, str(path / "estimator.safetensors"))
         os.chmod(path / "estimator.safetensors", 0o644)
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind, "dim": self.dim,
-                "settings": asdict(self.settings), "best_epoch": self.best_epoch_, **self._meta()}
+                "settings": asdict(self.settings), "best_epoch": self.best_epoch_,
+                **{k: getattr(self, k) for k in self._meta_keys()}}
         (path / "estimator.json").write_text(json.dumps(meta, indent=2) + "\n")
         return path
 
@@ -276,6 +278,7 @@ class _MLPEstimator:
 
     @classmethod
     def _meta_keys(cls) -> Sequence[str]:
+        """Constructor arguments saved with the weights (besides the settings)."""
         return ()
 
 
@@ -309,9 +312,6 @@ class BestPassClassifier(_MLPEstimator):
     def _validation_score(self, X, y) -> float:
         scores = self._forward(X)
         return top_k_accuracy(scores, y, 1) + 1e-3 * top_k_accuracy(scores, y, 5)
-
-    def _meta(self) -> dict:
-        return {"num_classes": self.num_classes}
 
     def _output_bias(self, y) -> np.ndarray:
         return np.log(class_frequencies(y, self.num_classes) + 1e-4)

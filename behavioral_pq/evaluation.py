@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -91,7 +91,7 @@ def _classify(name: str, X: Dict[str, np.ndarray], y: Dict[str, list], num_class
         if name == "prior":
             model = PriorClassifier(num_classes).fit(X["train"], y["train"])
         else:
-            settings = TrainSettings(**{**asdict(config.train), "seed": seed})
+            settings = replace(config.train, seed=seed)
             model = BestPassClassifier(settings, num_classes=num_classes)
             model.fit(X["train"], y["train"], X["valid"], y["valid"])
         scores = model.predict_proba(X["test"])
@@ -109,7 +109,7 @@ def _regress(name: str, X: Dict[str, np.ndarray], y: Dict[str, np.ndarray], conf
         if name == "prior":
             model = PriorRegressor().fit(X["train"], y["train"])
         else:
-            settings = TrainSettings(**{**asdict(config.train), "seed": seed})
+            settings = replace(config.train, seed=seed)
             model = OzBenefitRegressor(settings).fit(X["train"], y["train"], X["valid"], y["valid"])
         runs.append({"seed": seed, "mae": model.score(X["test"], y["test"]),
                      "best_epoch": getattr(model, "best_epoch_", None)})
