@@ -109,13 +109,26 @@ def sequence_pipeline(passes: Iterable[PassLike]) -> str:
     return ",".join(elements)
 
 
+def steps_pipeline(steps: Iterable[PassLike]) -> str:
+    """Like :func:`sequence_pipeline`, but a step may also name a whole baseline (``"-Oz"``, ``"O3"``): the
+    pipelines :mod:`behavioral_pq.guidance` recommends, e.g. ``("-Oz", "-instcombine")``."""
+    elements = []
+    for step in steps:
+        name = step.lstrip("-") if isinstance(step, str) else None
+        elements.append(BASELINES[name] if name in BASELINES else get_pass(step).pipeline)
+    if not elements:
+        raise UnknownPassError("empty pass sequence")
+    return ",".join(elements)
+
+
 def resolve_pipeline(passes: Union[str, Sequence[PassLike]]) -> str:
     """Turn what a user wrote into a new-PM pipeline string.
 
     Accepted forms:
         * ``"Oz"`` / ``"O3"`` (also ``"-Oz"``): ``default<Oz>``, ``default<O3>``;
         * a list of catalog indices, flags or :class:`Pass` objects;
-        * a string of whitespace-separated catalog flags, each starting with ``-`` (``"-sroa -gvn"``);
+        * a string of whitespace-separated catalog flags, each starting with ``-`` (``"-sroa -gvn"``), where a
+          baseline may stand for its whole pipeline (``"-Oz -gvn"``);
         * any other string: a raw new-PM pipeline (``"function(sroa),gvn"``), checked by LLVM when it runs.
     """
     if isinstance(passes, str):
@@ -124,7 +137,7 @@ def resolve_pipeline(passes: Union[str, Sequence[PassLike]]) -> str:
             return BASELINES[text.lstrip("-")]
         tokens = text.replace(",", " ").split() if "(" not in text and "<" not in text else [text]
         if tokens and all(t.startswith("-") for t in tokens):
-            return sequence_pipeline(tokens)
+            return steps_pipeline(tokens)
         if not text:
             raise UnknownPassError("empty pipeline")
         return text

@@ -113,20 +113,39 @@ def cmd_optimize(args) -> int:
     from behavioral_pq.module import load_module
     from behavioral_pq.passes import optimize
 
-    if not args.passes:
-        raise ValueError("give --passes (see bpq optimize --help)")
-    pipeline = _parse_passes(args.passes)
+    if bool(args.passes) == bool(args.auto):
+        raise ValueError("give either --passes or --auto (see bpq optimize --help)")
+    if args.budget < 0:
+        raise ValueError(f"--budget must be >= 0, got {args.budget}")
     module = load_module(args.file)
-    result = optimize(module, pipeline)
+    found = None
+    if args.auto:
+        from behavioral_pq.cli_guidance import run_auto
+
+        auto = run_auto(args, module)
+        found, result = auto["recommendation"], auto["result"]
+        pipeline = found.pipeline
+    else:
+        pipeline = _parse_passes(args.passes)
+        result = optimize(module, pipeline)
+    result.verify()
     if args.output:
         result.save(args.output)
     before, after = module.instruction_count, result.instruction_count
     if args.json:
-        _print_json({"module": module.name, "pipeline": pipeline, "instructions_before": before,
-                     "instructions_after": after, "output": str(args.output) if args.output else None})
+        record = {"module": module.name, "pipeline": pipeline, "instructions_before": before,
+                  "instructions_after": after, "output": str(args.output) if args.output else None}
+        if found is not None:
+            record.update(found.as_dict())
+        _print_json(record)
         return 0
     change = 100.0 * (after - before) / before if before else 0.0
     print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%)")
+    if found is not None:
+        print(f"  -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
+              f"(IC_Oz / IC = {found.improvement:.3f}), found by {found.method} in {found.compilations} of "
+              f"{found.budget} compilations ({found.seconds:.2f} s)")
+        print(f"  pipeline: {' '.join(found.steps)}")
     if args.output:
         print(f"wrote {args.output}")
     else:
@@ -238,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE")
     p.add_argument("--passes", metavar="PASSES", help="what to run (see below)")
+    p.add_argument("--auto", action="store_true",
+                   help="let the embedding choose the pipeline (program library + search; never worse than -Oz)")
+    p.add_argument("--budget", type=int, default=10, metavar="N",
+                   help="with --auto: candidate compilations to try besides -Oz (default 10)")
+    p.add_argument("--library", metavar="DIR", help="with --auto: program library (default: the shipped one)")
+    p.add_argument("--learn", action="store_true",
+                   help="with --auto: keep what the search found in the library (saved back to --library)")
+    p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
     p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_optimize)
@@ -257,6 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     from behavioral_pq.cli_downstream import add_parsers as add_downstream_parsers
 
     add_downstream_parsers(sub)
+
+    from behavioral_pq.cli_guidance import add_parsers as add_guidance_parsers
+
+    add_guidance_parsers(sub)
 
     p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
     p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")

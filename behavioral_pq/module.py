@@ -47,6 +47,11 @@ class Module:
         """The module as textual LLVM IR."""
         return native.to_text(self._bitcode)
 
+    def verify(self, engine: Optional[Engine] = None) -> "Module":
+        """Run LLVM's verifier on the module (in a worker); returns self, raises InvalidIRError when broken."""
+        (engine or default_engine()).prepare(self._bitcode, self.name)
+        return self
+
     def save(self, path: Union[str, os.PathLike]) -> Path:
         """Write ``.bc`` (bitcode) or any other suffix as text IR."""
         path = Path(path)

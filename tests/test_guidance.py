@@ -1,0 +1,216 @@
+"""Pipeline guidance: the program library, recommend_pipeline, its baselines, budgets, -Oz fallback, semantics, CLI."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import behavioral_pq as bpq
+from behavioral_pq.corpus import build_corpus, discover, split_corpus
+from behavioral_pq.corpus.reader import Corpus
+from behavioral_pq.encoder import load_encoder
+from behavioral_pq.guidance import (OZ, LibraryError, LibraryProgram, ProgramLibrary, build_library,
+                                    greedy_search, load_library, random_search, recommend_pipeline)
+from behavioral_pq.guidance_report import METHODS, evaluate_guidance
+from behavioral_pq.predictors import encoder_identity
+
+from conftest import EXAMPLES
+from test_downstream import varied_programs
+
+TINY_GA = dict(length=8, population=6, generations=2)
+
+
+class CountingEngine:
+    """Wraps an engine and counts the pipelines it runs (what the budget is about)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.pipelines = 0
+
+    def autophase_tree(self, roots, parents, edges, **kw):
+        self.pipelines += len(edges)
+        return self.engine.autophase_tree(roots, parents, edges, **kw)
+
+    def run_pipeline(self, *a, **kw):
+        self.pipelines += 1
+        return self.engine.run_pipeline(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+@pytest.fixture(scope="module")
+def lib_world(tmp_path_factory, engine):
+    """A split store of 30 generated programs and the examples, and a library of its train programs built on
+    the shipped encoder with a tiny genetic search."""
+    root = tmp_path_factory.mktemp("guidance")
+    store = root / "store"
+    build_corpus(discover([varied_programs(root / "src", 30), EXAMPLES], origin="t"), store, workers=2)
+    split_corpus(store, fractions=[0.6, 0.2, 0.2], seed=0)
+
+    train = Corpus(store).split("train")
+    encoder = load_encoder()
+    library = build_library(store, root / "library", train, encoder=encoder, engine=engine, ga=TINY_GA)
+    return {"root": root, "store": store, "library": library, "encoder": encoder, "train": train}
+
+
+def test_library_holds_measured_pipelines_and_survives_a_round_trip(lib_world, engine):
+    library = lib_world["library"]
+    assert len(library) == len(lib_world["train"])
+    program = library.programs[0]
+    module = next(Corpus(lib_world["store"]).iter_modules(only={program.program}))
+    assert bpq.optimize(module, "Oz", engine=engine).instruction_count == program.oz_count
+    for steps, count in list(program.results.items())[:3]:          # stored counts are real measurements
+        assert bpq.optimize(module, " ".join(steps), engine=engine).instruction_count == count
+    loaded = load_library(lib_world["root"] / "library", encoder=lib_world["encoder"])
+    assert [p.results for p in loaded.programs] == [p.results for p in library.programs]
+    query = library.embeddings[3] + 0.01
+    assert np.array_equal(loaded.neighbors(query, 5)[0], library.neighbors(query, 5)[0])
+    nearest, distance = loaded.neighbors(library.embeddings[3], 1)
+    assert distance[0] < 1e-6 and np.allclose(library.embeddings[nearest[0]], library.embeddings[3])
+
+
+def test_library_refuses_missing_corrupt_and_foreign_folders(lib_world, tmp_path):
+    import shutil
+
+    with pytest.raises(LibraryError, match="no library.json"):
+        load_library(tmp_path / "nothing", encoder=lib_world["encoder"])
+    copy = tmp_path / "copy"
+    shutil.copytree(lib_world["root"] / "library", copy)
+    (copy / "index.faiss").write_bytes(b"garbage")
+    with pytest.raises(LibraryError, match="corrupt"):
+        load_library(copy, encoder=lib_world["encoder"])
+    shutil.copytree(lib_world["root"] / "library", tmp_path / "foreign")
+    config = json.loads((tmp_path / "foreign" / "library.json").read_text())
+    config["encoder"]["model_sha256"] = "0" * 64
+    (tmp_path / "foreign" / "library.json").write_text(json.dumps(config))
+    with pytest.raises(LibraryError, match="built on encoder"):
+        load_library(tmp_path / "foreign", encoder=lib_world["encoder"])
+
+
+def test_recommendation_is_reproducible_by_an_independent_run_and_never_worse_than_oz(lib_world, engine, examples):
+    for module in examples.values():
+        found = recommend_pipeline(module, 6, library=lib_world["library"], engine=engine)
+        assert found.instruction_count == bpq.optimize(module, found.pipeline).instruction_count
+        assert found.oz_count == bpq.optimize(module, "Oz").instruction_count
+        assert found.instruction_count <= found.oz_count and found.improvement >= 1.0
+        assert found.method in ("library", "local search", "-Oz")
+        assert len(found.neighbors) == 8 and found.probe_compilations > 0
+
+
+@pytest.mark.parametrize("budget", [0, 1, 3, 7])
+def test_every_search_respects_its_budget(lib_world, engine, examples, budget):
+    module = examples["matmul"]
+    embedding = lib_world["encoder"].embed(module)
+    for search in (lambda m, e: recommend_pipeline(m, budget, library=lib_world["library"], engine=e,
+                                                   embedding=embedding),
+                   lambda m, e: random_search(m, budget, engine=e),
+                   lambda m, e: greedy_search(m, budget, engine=e)):
+        counting = CountingEngine(engine)
+        found = search(module, counting)
+        assert counting.pipelines == found.compilations + 1      # the candidates, and -Oz
+        assert found.compilations == budget                      # the budget is spent, never exceeded
+        assert len(found.tried) == budget
+
+
+def test_oz_is_kept_when_the_library_only_knows_worse_pipelines(lib_world, engine, examples):
+    module = examples["sum_array"]
+    oz = bpq.optimize(module, "Oz").instruction_count
+    # One program whose only stored pipeline claims a huge gain, but does little on a real module.
+    fake = LibraryProgram("f" * 64, "fake", 100, 50, {("-strip",): 1})
+    library = ProgramLibrary([fake], np.zeros((1, lib_world["encoder"].dim), np.float32),
+                             encoder_identity(lib_world["encoder"]))
+    found = recommend_pipeline(module, 1, library=library, engine=engine, embedding=np.ones(library.dim))
+    assert found.tried[0][0] == ("-strip",) and found.tried[0][1] > oz
+    assert found.steps == (OZ,) and found.method == "-Oz" and found.pipeline == "default<Oz>"
+    assert found.instruction_count == oz
+
+
+def test_the_library_learns_a_better_target_and_new_programs(lib_world, engine, examples):
+    library = ProgramLibrary(list(lib_world["library"].programs[:4]), lib_world["library"].embeddings[:4].copy(),
+                             lib_world["library"].encoder)
+    library.programs = [LibraryProgram(p.program, p.name, p.instruction_count, p.oz_count, dict(p.results))
+                        for p in library.programs]
+    first = library.programs[0]
+    steps, count = first.best()
+    assert not library.learn(first.program, library.embeddings[0], {("-gvn",): count + 5})
+    assert library.revision == 0 and first.best() == (steps, count)
+    assert library.learn(first.program, library.embeddings[0], {("-gvn", "-dce"): count - 1})
+    assert library.revision == 1 and first.best() == (("-gvn", "-dce"), count - 1)
+    module = examples["state_machine"]
+    embedding = lib_world["encoder"].embed(module)
+    found = recommend_pipeline(module, 4, library=library, engine=engine, embedding=embedding, learn=True)
+    assert len(library) == 5 and library.revision == 2
+    new = library.programs[-1]
+    assert new.program == module.sha256 and new.best()[1] == found.instruction_count
+    assert library.neighbors(embedding, 1)[1][0] < 1e-6
+
+
+def test_recommended_pipelines_keep_program_output(lib_world, engine, tmp_path):
+    """Semantic check: each example program prints the same and exits the same after the recommended pipeline."""
+    for source in sorted(EXAMPLES.glob("*.c")):
+        module = bpq.load_module(source)
+        found = recommend_pipeline(module, 8, library=lib_world["library"], engine=engine)
+        optimized = bpq.optimize(module, found.pipeline).verify()
+        optimized.save(tmp_path / f"{source.stem}.ll")
+        outputs = []
+        for name, inputs in (("ref", [str(source), "-O0"]), ("opt", [str(tmp_path / f"{source.stem}.ll")])):
+            exe = tmp_path / f"{source.stem}-{name}"
+            subprocess.run(["clang-19", *inputs, "-o", str(exe), "-lm", "-Wno-override-module"], check=True,
+                           capture_output=True)
+            done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+            outputs.append((done.returncode, done.stdout))
+        assert outputs[0] == outputs[1], source.name
+        assert outputs[0][1].strip()                          # the example prints something to compare
+
+
+def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engine, tmp_path):
+    report = evaluate_guidance(lib_world["store"], tmp_path, library=lib_world["library"],
+                               encoder=lib_world["encoder"], engine=engine, split="test", programs=4,
+                               budgets=(1, 3))
+    assert report["programs"] + len(report["failed"]) >= 1
+    for method in METHODS:
+        for budget in ("1", "3"):
+            assert report["geomean_oz_over_method"][method][budget] >= 1.0
+        assert report["geomean_oz_over_method"][method]["3"] >= report["geomean_oz_over_method"][method]["1"] - 1e-9
+    text = (tmp_path / "report.md").read_text()
+    assert all(m in text for m in METHODS) and "budget 3" in text and (tmp_path / "budgets.png").stat().st_size
+    rows = [json.loads(line) for line in (tmp_path / "per_program.jsonl").read_text().splitlines()]
+    assert len(rows) == report["programs"] and all(r["counts"]["greedy"]["3"] <= r["oz_count"] for r in rows)
+
+
+def bpq_cli(*args):
+    return subprocess.run([sys.executable, "-m", "behavioral_pq", *map(str, args)], capture_output=True, text=True)
+
+
+def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_world, tmp_path):
+    library = lib_world["root"] / "library"
+    out = tmp_path / "out.ll"
+    done = bpq_cli("optimize", EXAMPLES / "matmul.c", "--auto", "--budget", "3", "--library", library, "-o", out,
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["instructions_after"] == record["instruction_count"] <= record["oz_count"]
+    assert record["compilations"] == 3
+    check = subprocess.run(["opt-19", "-passes=verify", "-disable-output", str(out)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert bpq.load_module(out).instruction_count == record["instructions_after"]
+    done = bpq_cli("optimize", EXAMPLES / "matmul.c", "--auto", "--budget", "2", "--library", library)
+    assert done.returncode == 0 and "-Oz gives" in done.stdout and "pipeline:" in done.stdout
+    bad = tmp_path / "bad.ll"
+    bad.write_text("define i32 @f( {\n")
+    for args, message in (([tmp_path / "missing.c", "--auto"], "no such file"),
+                          ([bad, "--auto", "--library", library], "invalid"),
+                          ([EXAMPLES / "matmul.c", "--auto", "--passes=-gvn"], "either --passes or --auto"),
+                          ([EXAMPLES / "matmul.c", "--auto", "--budget", "-1"], "--budget"),
+                          ([EXAMPLES / "matmul.c", "--auto", "--library", tmp_path], "not a program library")):
+        done = bpq_cli("optimize", *args)
+        assert done.returncode != 0 and message in done.stderr.lower() and "Traceback" not in done.stderr, args
+
+
+def test_shipped_library_recommends_for_an_example():
+    found = bpq.recommend_pipeline(EXAMPLES / "list_sort.c", budget=3)
+    assert found.compilations == 3 and found.instruction_count <= found.oz_count
+    assert len(bpq.load_library()) >= 1000
