@@ -64,7 +64,7 @@ def test_optimize_writes_a_verified_module(tmp_path):
     (["optimize", EXAMPLES / "sum_array.c", "--passes=-not-a-pass"], "unknown pass"),
     (["optimize", EXAMPLES / "sum_array.c", "--passes", "function(licm-nope)"], "invalid pass pipeline"),
     (["optimize", EXAMPLES / "sum_array.c", "--passes", "function(sroa),licm"], "LLVM crashed"),
-    (["optimize", EXAMPLES / "sum_array.c"], "give --passes"),
+    (["optimize", EXAMPLES / "sum_array.c"], "give either --passes or --auto"),
     (["spectrum", EXAMPLES / "sum_array.c", "--probes", "/no/probes.json"], "cannot read probe set"),
 ])
 def test_bad_input_gives_one_line_error(args, message):
