@@ -35,6 +35,8 @@ def run_auto(args, module) -> dict:
     from behavioral_pq.guidance import load_library, recommend_pipeline
     from behavioral_pq.passes import optimize
 
+    if args.learn and not args.library:
+        raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder) if args.library or encoder else None
     found = recommend_pipeline(module, args.budget, library=library, encoder=encoder, learn=args.learn)
@@ -43,15 +45,8 @@ def run_auto(args, module) -> dict:
         raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "
                            f"when re-run, {found.instruction_count} when searched (non-deterministic pass?)")
     if args.learn:
-        saved = library or _default_library(encoder)
-        saved.save(args.library or saved.path)
+        library.save(args.library)
     return {"recommendation": found, "result": result}
-
-
-def _default_library(encoder):
-    from behavioral_pq.guidance import default_library
-
-    return default_library(encoder)
 
 
 def cmd_library_build(args) -> int:
@@ -64,8 +59,7 @@ def cmd_library_build(args) -> int:
 
     encoder = _encoder(args) or load_encoder()
     corpus = Corpus(args.corpus)
-    train = corpus.split(args.split) if corpus.split(args.split) else [r for r in corpus.records(["sha256"]).column(
-        "sha256").to_pylist()]
+    train = corpus.split(args.split) or corpus.records(["sha256"]).column("sha256").to_pylist()
     try:
         have = {s for shas, _ in corpus.iter_spectra(encoder.probe_set, batch_size=4096) for s in shas}
         pool = sorted(set(train) & have) or sorted(train)

@@ -114,6 +114,7 @@ class ProgramLibrary:
         self.scale = (embeddings.std(0) + 1e-6) if scale is None else np.asarray(scale, np.float32)
         self._by_program = {p.program: i for i, p in enumerate(programs)}
         self._index = None
+        self.path: Optional[Path] = None  # the folder it was loaded from or saved to
 
     def __len__(self) -> int:
         return len(self.programs)
@@ -218,6 +219,7 @@ class ProgramLibrary:
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
+        self.path = path
         return path
 
     def _raw_index(self):
@@ -251,7 +253,7 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
     import faiss
 
     from behavioral_pq.encoder import load_encoder, shipped
-    from behavioral_pq.predictors import encoder_identity
+    from behavioral_pq.predictors import check_encoder
 
     path = Path(shipped(DEFAULT_NAME) if path is None else path)
     try:
@@ -264,12 +266,9 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
         raise LibraryError(f"{path}: format {config.get('format')!r} version {config.get('format_version')!r}, "
                            f"this library reads {FORMAT!r} version {FORMAT_VERSION}")
     encoder = encoder or load_encoder()
-    mine, wanted = encoder_identity(encoder), config.get("encoder", {})
-    for key in ("model_sha256", "probe_set_hash"):
-        if mine[key] != wanted.get(key):
-            raise LibraryError(f"{path}: built on encoder {wanted.get('name')!r} ({key} {str(wanted.get(key))[:12]}),"
-                               f" given {mine['name']!r} ({key} {str(mine[key])[:12]}); rebuild it "
-                               "(bpq library build) or pass the encoder it was built on")
+    wanted = config.get("encoder", {})
+    check_encoder(path, wanted, encoder, LibraryError,
+                  "rebuild it (bpq library build) or pass the encoder it was built on")
     try:
         pipelines = [decode_steps(s) for s in config["pipelines"]]
         programs = [LibraryProgram(p["program"], p["name"], int(p["instruction_count"]), int(p["oz_count"]),
@@ -307,9 +306,9 @@ class Trials:
         self.origin: Dict[Steps, str] = {}
         self.compilations = 0
         self.history: List[int] = []
-        self.oz_count = self._measure([(OZ,)])[0]
-        if self.oz_count is None:
-            raise self._errors[0]
+        (self.oz_count,), (error,) = self._measure([(OZ,)])
+        if error is not None:
+            raise error
         self.counts[(OZ,)] = self.oz_count
         self.origin[(OZ,)] = "-Oz"
 
@@ -317,22 +316,22 @@ class Trials:
     def left(self) -> int:
         return self.budget - self.compilations
 
-    def _measure(self, candidates: List[Steps]) -> List[Optional[int]]:
+    def _measure(self, candidates: List[Steps]) -> Tuple[List[Optional[int]], list]:
+        """Instruction counts after each candidate (None where it failed), and the errors."""
         from behavioral_pq.features import AUTOPHASE_FEATURES
 
         features, _, errors = self.engine.autophase_tree(
             [self.module.bitcode], [-1] * len(candidates), [steps_pipeline(s) for s in candidates],
             names=[self.module.name])
-        self._errors = errors
         total = AUTOPHASE_FEATURES.index("TotalInsts")
-        return [None if e is not None else int(features[i, total]) for i, e in enumerate(errors)]
+        return [None if e is not None else int(features[i, total]) for i, e in enumerate(errors)], errors
 
     def run(self, candidates: Iterable[Steps], origin: str) -> None:
         """Measure the candidates not measured yet, as far as the budget goes (one batched engine call)."""
         new = [s for s in dict.fromkeys(tuple(c) for c in candidates) if s not in self.counts][:max(self.left, 0)]
         if not new:
             return
-        for steps, count in zip(new, self._measure(new)):
+        for steps, count in zip(new, self._measure(new)[0]):
             self.counts[steps] = count
             self.origin[steps] = origin
             self.compilations += 1
@@ -647,5 +646,4 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
         matrix.append(embeddings[row["program"]])
     library = ProgramLibrary(entries, np.stack(matrix), encoder_identity(encoder), settings=settings)
     library.save(out)
-    library.path = out
     return library

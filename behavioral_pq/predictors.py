@@ -52,6 +52,15 @@ def encoder_identity(encoder) -> dict:
             "probe_set_hash": encoder.probe_set.hash}
 
 
+def check_encoder(path, wanted: dict, encoder, error: type, hint: str, verb: str = "built") -> None:
+    """Refuse an artifact at ``path`` made on another encoder than ``encoder`` (``wanted``: its saved identity)."""
+    mine = encoder_identity(encoder)
+    for key in ("model_sha256", "probe_set_hash"):
+        if mine[key] != wanted.get(key):
+            raise error(f"{path}: {verb} on encoder {wanted.get('name')!r} ({key} {str(wanted.get(key))[:12]}), "
+                        f"given {mine['name']!r} ({key} {str(mine[key])[:12]}); {hint}")
+
+
 @dataclass
 class Predictor:
     """A loaded predictor: ``estimator`` on the embeddings of ``encoder``."""
@@ -131,14 +140,8 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
     encoder = encoder or load_encoder(pooling=config.get("pooling"))
     if encoder.pooling != config.get("pooling"):
         encoder = load_encoder(encoder.path, pooling=config.get("pooling"))  # same weights, the predictor's pooling
-    mine = encoder_identity(encoder)
-    wanted = config.get("encoder", {})
-    for key in ("model_sha256", "probe_set_hash"):
-        if mine[key] != wanted.get(key):
-            raise PredictorError(
-                f"{path}: trained on encoder {wanted.get('name')!r} ({key} {str(wanted.get(key))[:12]}), given "
-                f"{mine['name']!r} ({key} {str(mine[key])[:12]}); pass the encoder it was trained on "
-                "(--checkpoint) or retrain it (bpq train)")
+    check_encoder(path, config.get("encoder", {}), encoder, PredictorError,
+                  "pass the encoder it was trained on (--checkpoint) or retrain it (bpq train)", verb="trained")
     cls = BestPassClassifier if config["kind"] == "best-pass" else OzBenefitRegressor
     try:
         estimator = cls.load(path)

@@ -199,12 +199,22 @@ def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_wo
     assert bpq.load_module(out).instruction_count == record["instructions_after"]
     done = bpq_cli("optimize", EXAMPLES / "matmul.c", "--auto", "--budget", "2", "--library", library)
     assert done.returncode == 0 and "-Oz gives" in done.stdout and "pipeline:" in done.stdout
+    import shutil
+
+    learning = shutil.copytree(library, tmp_path / "learning")
+    fresh = tmp_path / "fresh.c"                   # a program the library does not hold
+    fresh.write_text("int g[16];\nint f(int n) { int s = 0; for (int i = 0; i < n; i++) s += g[i & 15] * 3;"
+                     " return s; }\n")
+    done = bpq_cli("optimize", fresh, "--auto", "--budget", "2", "--library", learning, "--learn")
+    assert done.returncode == 0, done.stderr
+    assert load_library(learning).revision == 1 and len(load_library(learning)) == len(lib_world["library"]) + 1
     bad = tmp_path / "bad.ll"
     bad.write_text("define i32 @f( {\n")
     for args, message in (([tmp_path / "missing.c", "--auto"], "no such file"),
                           ([bad, "--auto", "--library", library], "invalid"),
                           ([EXAMPLES / "matmul.c", "--auto", "--passes=-gvn"], "either --passes or --auto"),
                           ([EXAMPLES / "matmul.c", "--auto", "--budget", "-1"], "--budget"),
+                          ([EXAMPLES / "matmul.c", "--auto", "--learn"], "--learn needs --library"),
                           ([EXAMPLES / "matmul.c", "--auto", "--library", tmp_path], "not a program library")):
         done = bpq_cli("optimize", *args)
         assert done.returncode != 0 and message in done.stderr.lower() and "Traceback" not in done.stderr, args
