@@ -253,18 +253,10 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
     import faiss
 
     from behavioral_pq.encoder import load_encoder, shipped
-    from behavioral_pq.predictors import check_encoder
+    from behavioral_pq.predictors import check_encoder, read_config
 
     path = Path(shipped(DEFAULT_NAME) if path is None else path)
-    try:
-        config = json.loads((path / "library.json").read_text())
-    except FileNotFoundError:
-        raise LibraryError(f"{path}: not a program library (no library.json)") from None
-    except (OSError, ValueError) as exc:
-        raise LibraryError(f"{path}/library.json: unreadable ({exc})") from None
-    if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
-        raise LibraryError(f"{path}: format {config.get('format')!r} version {config.get('format_version')!r}, "
-                           f"this library reads {FORMAT!r} version {FORMAT_VERSION}")
+    config = read_config(path / "library.json", FORMAT, FORMAT_VERSION, LibraryError, "a program library")
     encoder = encoder or load_encoder()
     wanted = config.get("encoder", {})
     check_encoder(path, wanted, encoder, LibraryError,

@@ -170,7 +170,8 @@ def _markdown(report: dict) -> str:
         lines.append(f"| {m} | " + " | ".join(f"{report['fraction_better_than_oz'][m][str(b)]:.3f}" for b in budgets)
                      + " |")
     lines += ["", "Wall time per program (seconds, 2 cores; pqbert-library includes the embedding when it was "
-              "measured, not when read from the store):", "",
+              "measured, not when read from the store; random and greedy run once at the largest budget, their time at a "
+              "smaller budget is prorated by compilations):", "",
               "| method | " + " | ".join(f"budget {b}" for b in budgets) + " |", "|---|" + "---:|" * len(budgets)]
     for m in METHODS:
         lines.append(f"| {m} | " + " | ".join(f"{report['seconds_per_program'][m][str(b)]:.3f}" for b in budgets)

@@ -52,6 +52,21 @@ def encoder_identity(encoder) -> dict:
             "probe_set_hash": encoder.probe_set.hash}
 
 
+def read_config(file: Path, fmt: str, version: int, error: type, what: str) -> dict:
+    """The JSON config of a saved artifact folder, checked for its format and version; ``error`` otherwise."""
+    try:
+        config = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise error(f"{file.parent}: not {what} (no {file.name})") from None
+    except (OSError, ValueError) as exc:
+        raise error(f"{file}: unreadable ({exc})") from None
+    if not isinstance(config, dict) or config.get("format") != fmt or config.get("format_version") != version:
+        found = (config.get("format"), config.get("format_version")) if isinstance(config, dict) else (None, None)
+        raise error(f"{file.parent}: format {found[0]!r} version {found[1]!r}, this library reads {fmt!r} "
+                    f"version {version}")
+    return config
+
+
 def check_encoder(path, wanted: dict, encoder, error: type, hint: str, verb: str = "built") -> None:
     """Refuse an artifact at ``path`` made on another encoder than ``encoder`` (``wanted``: its saved identity)."""
     mine = encoder_identity(encoder)
@@ -126,15 +141,7 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
             raise ValueError(f"kind must be one of {KINDS} when no path is given")
         path = shipped(DEFAULT_NAMES[kind])
     path = Path(path)
-    try:
-        config = json.loads((path / "predictor.json").read_text())
-    except FileNotFoundError:
-        raise PredictorError(f"{path}: not a predictor (no predictor.json)") from None
-    except (OSError, ValueError) as exc:
-        raise PredictorError(f"{path}/predictor.json: unreadable ({exc})") from None
-    if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
-        raise PredictorError(f"{path}: format {config.get('format')!r} version {config.get('format_version')!r}, "
-                             f"this library reads {FORMAT!r} version {FORMAT_VERSION}")
+    config = read_config(path / "predictor.json", FORMAT, FORMAT_VERSION, PredictorError, "a predictor")
     if kind is not None and config.get("kind") != kind:
         raise PredictorError(f"{path}: a {config.get('kind')!r} predictor, not {kind!r}")
     encoder = encoder or load_encoder(pooling=config.get("pooling"))
