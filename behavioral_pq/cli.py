@@ -289,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_guidance_parsers(sub)
 
+    from behavioral_pq.cli_lowering import add_parsers as add_lowering_parsers
+
+    add_lowering_parsers(sub)
+
     p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
     p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
     p.set_defaults(func=cmd_demo)
@@ -298,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv_echo = list(sys.argv[2:] if argv is None else argv[1:])
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -70,3 +70,24 @@ class PassTimeoutError(EngineError, TimeoutError):
 
 class CorpusError(BPQError, ValueError):
     """A corpus store is missing, corrupt (a shard that fails its checksum) or from another LLVM version."""
+
+
+class LoweringError(BPQError, RuntimeError):
+    """No verified assembly came out of a back end (the LLM's last verdict is in the message; ``result`` holds
+    the whole trace)."""
+
+    def __init__(self, message: str, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+class LLMError(BPQError, RuntimeError):
+    """An LLM endpoint failed: not configured, unreachable, or an HTTP error that retries did not cure."""
+
+
+class LLMTimeoutError(LLMError, TimeoutError):
+    """An LLM endpoint did not answer within the timeout, on every try."""
+
+
+class LLMResponseError(LLMError, ValueError):
+    """An LLM endpoint answered with something that is not a chat completion (bad JSON, no choices)."""

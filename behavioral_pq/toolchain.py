@@ -76,5 +76,16 @@ def compile_to_bitcode(source: Path, *, language: Optional[str] = None, flags: S
         raise CompileError(f"{source}: {exc}") from None
 
 
+def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, timeout: float = 120.0) -> str:
+    """x86-64 assembly from ``llc-19 -O<opt_level> --relocation-model=pic`` (PIC because the distribution's clang
+    links position-independent executables). Raises ToolError with llc's stderr."""
+    if opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
+    argv = [find_tool("llc"), f"-O{opt_level}", "--relocation-model=pic", "-filetype=asm", "-o", "-", "-"]
+    if cpu:
+        argv.insert(1, f"-mcpu={cpu}")
+    return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
+
+
 def _tail(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
