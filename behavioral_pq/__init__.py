@@ -47,6 +47,7 @@ _EXPORTS = {
     "load_predictor": "behavioral_pq.predictors",
     "recommend_pipeline": "behavioral_pq.guidance",
     "load_library": "behavioral_pq.guidance",
+    "lower": "behavioral_pq.lowering.backends",
     "BPQError": "behavioral_pq.errors",
     "InvalidIRError": "behavioral_pq.errors",
     "UnknownPassError": "behavioral_pq.errors",
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from behavioral_pq.engine import Engine
     from behavioral_pq.errors import BPQError, InvalidIRError, PassCrashError, PassTimeoutError, UnknownPassError
     from behavioral_pq.guidance import load_library, recommend_pipeline
+    from behavioral_pq.lowering.backends import lower
     from behavioral_pq.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
     from behavioral_pq.module import Module, load_module
     from behavioral_pq.passes import optimize

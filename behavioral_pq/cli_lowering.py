@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import textwrap
 import time
 from pathlib import Path
 
@@ -37,8 +38,8 @@ module becomes an object file (-o prog.o).
 """ + LLM_HELP
 
 EVALUATE_EPILOG = """\
-example (the project's report, downstream/lowering/):
-  bpq evaluate-lowering --out downstream/lowering
+example (the project's report):
+  bpq evaluate-lowering --out downstream        # writes downstream/lowering.md
 
 Runs llc on the task sets (IR optimized by -O3 and by -Oz), compares with clang-19 -O3 (llvm-mca cycles,
 runtime), and drives the LLM path through scripted scenarios on a loopback server. With --llm, a configured
@@ -134,8 +135,9 @@ def cmd_compile(args) -> int:
 
         found = recommend_pipeline(module, args.budget)
         pipeline = found.pipeline
-        print(f"2. recommend  {' '.join(found.steps)}  ({found.method}, {found.compilations}/{found.budget} "
-              f"compilations; -Oz {found.oz_count}, this {found.instruction_count} instructions)")
+        print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
+              f"compilations (-Oz gives {found.oz_count} instructions, this {found.instruction_count})")
+        print("   pipeline:  " + textwrap.shorten(" ".join(found.steps), 300, placeholder=" ..."))
     else:
         pipeline = _parse_passes(args.passes or "Oz")
         print(f"2. passes     {args.passes or 'Oz'}")
@@ -158,7 +160,7 @@ def cmd_compile(args) -> int:
             source.write_text(lowering.assembly)
         scratch.unlink(missing_ok=True)
     kind = "executable" if program else "object file"
-    print(f"5. {'link' if program else 'assemble'}{' ' * (9 if program else 5)}wrote {output} ({kind}"
+    print(f"5. {'link' if program else 'assemble':<11}wrote {output} ({kind}"
           + (f", assembly in {source}" if source else "") + f"); {time.monotonic() - start:.1f} s in all")
     return 0
 
@@ -174,13 +176,13 @@ def cmd_evaluate_lowering(args) -> int:
     report = {"meta": {}, "backends": {}, "scenarios": {}}
     outcomes = {}
     for pipeline in args.pipelines.split(","):
-        config = f"llc -O2 on -{pipeline.strip()} IR"
+        config = f"llc -O2 on {_pipeline_label(pipeline.strip())} IR"
         outcomes[config] = ev.evaluate_backend(tasks, LlcBackend(opt_level=2), pipeline=pipeline.strip(),
                                                timing_runs=args.timing_runs, margin=args.margin, progress=True)
         report["backends"][config] = ev.summarize(outcomes[config])
     if args.llm:
         backend = _llm_backend(args)
-        config = f"llm ({backend.client.settings.model}) on -{args.pipelines.split(',')[0]} IR"
+        config = f"llm ({backend.client.settings.model}) on {_pipeline_label(args.pipelines.split(',')[0])} IR"
         outcomes[config] = ev.evaluate_backend(tasks, backend, pipeline=args.pipelines.split(",")[0],
                                                timing_runs=args.timing_runs, margin=args.margin, progress=True)
         report["backends"][config] = ev.summarize(outcomes[config])
@@ -202,6 +204,10 @@ def cmd_evaluate_lowering(args) -> int:
     path = ev.write_report(Path(args.out), report, outcomes)
     print(json.dumps(report, indent=1) if args.json else path.read_text())
     return 0
+
+
+def _pipeline_label(pipeline: str) -> str:
+    return f"opt-19 -{pipeline[4:]}" if pipeline.startswith("opt:") else f"-{pipeline}"
 
 
 def _cpu_name() -> str:
@@ -295,7 +301,8 @@ def add_parsers(sub) -> None:
                        epilog=EVALUATE_EPILOG, formatter_class=fmt)
     p.add_argument("--out", required=True, metavar="DIR", help="report folder")
     p.add_argument("--tasks", default="all", help="functions, kernels, all (default) or a task-set .json")
-    p.add_argument("--pipelines", default="O3,Oz", help="IR pipelines before llc (default O3,Oz)")
+    p.add_argument("--pipelines", default="O3,Oz,opt:O3",
+                   help="IR pipelines before llc: bpq passes, or opt:LEVEL for opt-19 (default O3,Oz,opt:O3)")
     p.add_argument("--timing-runs", type=int, default=5, help="process runs per timing (default 5)")
     p.add_argument("--margin", type=float, default=0.05, help="speedup margin before 'faster' (default 0.05)")
     p.add_argument("--llm", action="store_true", help="also evaluate the configured LLM endpoint")

@@ -87,5 +87,13 @@ def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = Non
     return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
 
 
+def opt_bitcode(bitcode: bytes, level: str = "O3", *, timeout: float = 120.0) -> bytes:
+    """``opt-19 -<level>`` with the module's target machine (vectorizers get the real vector width, which the
+    in-process engine, built without a target machine, does not give them)."""
+    if level not in ("O0", "O1", "O2", "O3", "Os", "Oz"):
+        raise ValueError(f"opt level must be one of O0..O3, Os, Oz, got {level!r}")
+    return run_tool([find_tool("opt"), f"-{level}", "-o", "-", "-"], input=bitcode, timeout=timeout).stdout
+
+
 def _tail(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]

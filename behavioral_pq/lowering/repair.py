@@ -37,9 +37,9 @@ def extract_assembly(content: str) -> str:
     label). Raises MalformedAnswer otherwise."""
     blocks = [body for tag, body in _FENCE.findall(content) if tag.lower() in _ASM_TAGS and body.strip()]
     if blocks:
-        return blocks[-1].strip() + "\n"
+        return blocks[-1].lstrip("\n").rstrip() + "\n"
     if re.search(r"^\s*\.(globl|text)\b", content, re.M) and re.search(r"^[\w.$]+:", content, re.M):
-        return content.strip() + "\n"
+        return content.lstrip("\n").rstrip() + "\n"
     raise MalformedAnswer("no ```asm code block in the answer" + (": empty answer" if not content.strip() else ""))
 
 

@@ -115,12 +115,18 @@ class Task:
         return self.kind == "kernel"
 
     def module(self, pipeline=None):
-        """The task's IR as the package builds it (clang-19, no LLVM passes), optimized by ``pipeline`` if given."""
-        from behavioral_pq.module import load_module
+        """The task's IR as the package builds it (clang-19, no LLVM passes), optimized by ``pipeline`` if given:
+        anything :func:`behavioral_pq.optimize` takes, or ``"opt:O3"`` (any level) for ``opt-19`` with the
+        target machine."""
+        from behavioral_pq.module import Module, load_module
 
         module = load_module(self.source)
         if pipeline is None:
             return module
+        if isinstance(pipeline, str) and pipeline.startswith("opt:"):
+            from behavioral_pq.toolchain import opt_bitcode
+
+            return Module(opt_bitcode(module.bitcode, pipeline[4:]), name=module.name, source=module.source)
         from behavioral_pq.passes import optimize
 
         return optimize(module, pipeline)

@@ -1,0 +1,406 @@
+"""Lowering: task sets, the verification harness, llc, and the LLM path against a real loopback HTTP server
+answering scripted completions (no test needs the internet)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from behavioral_pq.errors import LLMError, LLMResponseError, LLMTimeoutError, LoweringError
+from behavioral_pq.lowering import evaluation as ev
+from behavioral_pq.lowering import load_tasks, lower, split_tasks
+from behavioral_pq.lowering.backends import LlcBackend, LLMBackend
+from behavioral_pq.lowering.harness import (ProgramHarness, SymbolHarness, TaskHarness, Timing, compare_outputs,
+                                            is_faster, static_cost)
+from behavioral_pq.lowering.llm import ChatClient, LLMSettings, load_llm_settings, user
+from behavioral_pq.lowering.prompts import Prompt, load_prompt, refine_prompt
+from behavioral_pq.lowering.repair import MalformedAnswer, extract_assembly, llm_lower
+from behavioral_pq.lowering.scripted import Reply, ScriptedServer
+from behavioral_pq.lowering.tasks import Signature, TaskError
+from behavioral_pq.module import load_module
+from behavioral_pq.passes import optimize
+from behavioral_pq.toolchain import llc_assembly
+
+from conftest import EXAMPLES
+
+# Hand-written System V x86-64 assembly for `int32_t saturating_add(int32_t a, int32_t b)`.
+HEADER = "\t.text\n\t.globl\tsaturating_add\n\t.type\tsaturating_add,@function\nsaturating_add:\n"
+GOOD = HEADER + ("\tmovslq\t%edi, %rax\n\tmovslq\t%esi, %rcx\n\taddq\t%rcx, %rax\n"
+                 "\tmovl\t$2147483647, %ecx\n\tcmpq\t%rcx, %rax\n\tcmovgq\t%rcx, %rax\n"
+                 "\tmovq\t$-2147483648, %rcx\n\tcmpq\t%rcx, %rax\n\tcmovlq\t%rcx, %rax\n\tretq\n")
+WRONG = HEADER + "\tleal\t(%rdi,%rsi), %eax\n\tretq\n"          # wraps instead of saturating
+SYNTAX = HEADER + "\tleal\t(%rdi,%rsi, %eax\n\tretq\n"
+CRASH = HEADER + "\txorl\t%eax, %eax\n\tmovl\t(%rax), %eax\n\tretq\n"
+HANG = HEADER + "1:\tjmp\t1b\n"
+NO_SYMBOL = "\t.text\n\t.globl\tsomething_else\nsomething_else:\n\tretq\n"
+
+
+def fence(asm):
+    return f"Here you go:\n```asm\n{asm}```\n"
+
+
+@pytest.fixture(scope="module")
+def sat_task():
+    return load_tasks("functions", names=["saturating_add"])[0]
+
+
+@pytest.fixture(scope="module")
+def sat_module(sat_task):
+    return optimize(sat_task.module(), "Oz")
+
+
+def settings(server, **kw):
+    return LLMSettings(base_url=server.base_url, **{"retries": 2, "backoff": 0.0, "timeout": 5.0, **kw})
+
+
+# -- task sets -------------------------------------------------------------------------------------------------
+
+def test_task_sets_have_enough_tasks_with_sources_and_distinct_names():
+    functions, kernels = load_tasks("functions"), load_tasks("kernels")
+    assert len(functions) >= 20 and len(kernels) >= 20
+    assert len({t.name for t in functions + kernels}) == len(functions) + len(kernels)
+    assert all(t.source.is_file() and not t.timed for t in functions)
+    assert all(t.timed and t.bench_n > t.test_n > 0 for t in kernels)
+    train, held = split_tasks(functions + kernels, held_out=0.5, seed=0)
+    assert not {t.name for t in train} & {t.name for t in held} and len(train) + len(held) == 47
+
+
+def test_signature_parsing_and_errors(tmp_path):
+    sig = Signature.parse("int64_t f(const int32_t *restrict a, int32_t n, double x)")
+    assert sig.returns == "int64_t" and sig.name == "f"
+    assert [(p.name, p.ctype, p.pointer, p.const) for p in sig.params] == [
+        ("a", "int32_t", True, True), ("n", "int32_t", False, False), ("x", "double", False, False)]
+    with pytest.raises(TaskError, match="unsupported parameter type"):
+        Signature.parse("int f(bool x)")
+    with pytest.raises(TaskError, match="not a C function"):
+        Signature.parse("int f")
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "g.c").write_text("int g(int a) { return a; }\n")
+    (tmp_path / "set.json").write_text(json.dumps({"kind": "function", "tasks": [
+        {"name": "g", "signature": "int g(int a)", "cases": [[1, 2]]}]}))
+    with pytest.raises(TaskError, match="has 2 arguments"):
+        load_tasks(tmp_path / "set.json")
+    with pytest.raises(FileNotFoundError):
+        load_tasks(tmp_path / "missing.json")
+    with pytest.raises(TaskError, match="unknown tasks"):
+        load_tasks("functions", names=["no_such_task"])
+
+
+def test_reference_outputs_match_hand_computed_values():
+    gcd, = load_tasks("functions", names=["gcd"])
+    with TaskHarness(gcd) as harness:
+        lines = harness.expected.splitlines()
+    # cases: gcd(12,18), gcd(17,5), gcd(0,9), gcd(-48,36), gcd(1071,462), gcd(2^53+1, 3)
+    assert [int(l.split()[-1]) for l in lines] == [6, 1, 9, 12, 21, 3]
+    sort, = load_tasks("functions", names=["insertion_sort"])
+    with TaskHarness(sort) as harness:
+        assert harness.expected.splitlines()[0].split("|")[1].split() == ["1", "2", "5", "5", "6", "9"]
+
+
+# -- harness ---------------------------------------------------------------------------------------------------
+
+def test_llc_passes_every_task_of_both_sets():
+    failures = []
+    for task in load_tasks("all"):
+        result = lower(task.module("Oz"), "llc", task=task)
+        if not result.verified:
+            failures.append((task.name, result.verdict))
+    assert failures == []
+
+
+def test_harness_names_the_failing_stage(sat_task):
+    with TaskHarness(sat_task, run_timeout=1.0) as harness:
+        assert harness.check(GOOD).ok
+        wrong = harness.check(WRONG)
+        assert wrong.stage == "wrong-output" and "expected" in wrong.message
+        syntax = harness.check(SYNTAX)
+        assert syntax.stage == "assemble" and "error" in syntax.message and harness.workdir.name not in syntax.message
+        crash = harness.check(CRASH)
+        assert crash.stage == "crash" and "SIGSEGV" in crash.message
+        assert harness.check(HANG).stage == "timeout"
+        link = harness.check(NO_SYMBOL)
+        assert link.stage == "link" and "saturating_add" in link.message
+    assert not harness.workdir.exists()
+
+
+def test_compare_outputs_exact_integers_and_float_tolerance():
+    assert compare_outputs("a 1 2.0\n", "a 1 2.0000000001\n") is None
+    assert "line 1" in compare_outputs("a 1 2.0\n", "a 1 2.1\n")
+    assert "line 1" in compare_outputs("7\n", "8\n")
+    assert "lines" in compare_outputs("1\n2\n", "1\n")
+    assert compare_outputs("x nan\n", "x nan\n") is None
+
+
+def test_program_and_symbol_harnesses():
+    program = load_module(EXAMPLES / "list_sort.c")
+    optimized = optimize(program, "Oz")
+    with ProgramHarness(optimized, reference=program) as harness:
+        assert harness.expected.strip()
+        assert harness.check(llc_assembly(optimized.bitcode)).ok
+        other = llc_assembly(optimize(load_module(EXAMPLES / "sum_array.c"), "Oz").bitcode)
+        assert harness.check(other).stage == "wrong-output"
+    library = load_module(load_tasks("functions", names=["gcd"])[0].source)
+    with SymbolHarness(library) as harness:
+        assert harness.symbols == ["gcd"]
+        verdict = harness.check(llc_assembly(library.bitcode))
+        assert verdict.ok and not verdict.tested
+        assert harness.check(NO_SYMBOL).stage == "link"
+
+
+def test_static_cost_and_runtime_against_clang_o3():
+    saxpy, = load_tasks("kernels", names=["saxpy"])
+    fast = llc_assembly(saxpy.module("opt:O3").bitcode, opt_level=3)
+    slow = llc_assembly(saxpy.module().bitcode, opt_level=0)
+    assert static_cost(slow).cycles > static_cost(fast).cycles > 0
+    with TaskHarness(saxpy) as harness:
+        t_slow, t_fast = harness.timing(slow, runs=3), harness.timing(fast, runs=3)
+        assert len(t_slow.samples) == 3 and is_faster(t_fast, t_slow)
+        assert harness.baseline_timing(runs=3).median_ns > 0
+    assert not is_faster(Timing((100.0,)), Timing((103.0,)), margin=0.05)
+    assert is_faster(Timing((90.0,)), Timing((100.0,)), margin=0.05)
+
+
+# -- the HTTP client -------------------------------------------------------------------------------------------
+
+def test_client_retries_429_and_500_then_succeeds():
+    with ScriptedServer([Reply(status=429, retry_after=0), Reply(status=500), Reply("hello")]) as server:
+        client = ChatClient(settings(server))
+        answer = client.complete([user("hi")])
+        assert answer.content == "hello" and answer.tries == 3 and answer.model == "scripted"
+        assert len(server.requests) == 3 and server.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_client_gives_up_after_retries_and_does_not_retry_client_errors():
+    with ScriptedServer([Reply(status=503)] * 3) as server:
+        with pytest.raises(LLMError, match="HTTP 503.*tried 3 times"):
+            ChatClient(settings(server)).complete([user("hi")])
+    with ScriptedServer([Reply(status=401), Reply("never sent")]) as server:
+        with pytest.raises(LLMError, match="HTTP 401"):
+            ChatClient(settings(server)).complete([user("hi")])
+        assert len(server.requests) == 1
+
+
+def test_client_timeout_is_retried_then_raises():
+    with ScriptedServer([Reply("late", delay=1.5), Reply("on time")]) as server:
+        answer = ChatClient(settings(server, timeout=0.5)).complete([user("hi")])
+        assert answer.content == "on time" and answer.tries == 2
+    with ScriptedServer([Reply("late", delay=1.0)] * 2) as server:
+        with pytest.raises(LLMTimeoutError):
+            ChatClient(settings(server, timeout=0.3, retries=1)).complete([user("hi")])
+
+
+def test_client_rejects_malformed_completions_and_sends_the_key():
+    with ScriptedServer([Reply(raw=b"<html>oops</html>"), Reply(raw=b'{"choices": []}')]) as server:
+        client = ChatClient(settings(server))
+        with pytest.raises(LLMResponseError, match="not a chat completion"):
+            client.complete([user("hi")])
+        with pytest.raises(LLMResponseError):
+            client.complete([user("hi")])
+    seen = {}
+
+    def respond(body):
+        seen.update(body)
+        return Reply("ok")
+
+    with ScriptedServer(respond) as server:
+        assert ChatClient(settings(server, api_key="sk-test", model="m1")).complete([user("x")]).content == "ok"
+        assert seen["model"] == "m1"
+    assert "sk-test" not in repr(LLMSettings(base_url="http://127.0.0.1:1", api_key="sk-test"))
+
+
+def test_settings_come_from_environment_or_file_and_nothing_is_guessed(tmp_path, monkeypatch):
+    for name in ("BPQ_LLM_BASE_URL", "OPENAI_BASE_URL", "BPQ_LLM_MODEL", "BPQ_LLM_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(LLMError, match="no LLM endpoint configured"):
+        load_llm_settings()
+    monkeypatch.setenv("BPQ_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("BPQ_LLM_TIMEOUT", "7")
+    s = load_llm_settings()
+    assert s.base_url == "http://127.0.0.1:9/v1" and s.timeout == 7.0
+    config = tmp_path / "llm.toml"
+    config.write_text('[llm]\nbase_url = "http://localhost:8000/v1"\nmodel = "qwen"\nretries = 1\n')
+    assert load_llm_settings(config).model == "qwen"
+    config.write_text('[llm]\nbase_url = "http://localhost:8000/v1"\nmodle = "typo"\n')
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_llm_settings(config)
+
+
+# -- the repair loop -------------------------------------------------------------------------------------------
+
+def test_extract_assembly():
+    assert extract_assembly(fence(GOOD)) == GOOD
+    assert extract_assembly("```llvm\nignored\n```\n```s\n" + GOOD + "```") == GOOD
+    assert extract_assembly(GOOD) == GOOD  # a bare assembly file
+    with pytest.raises(MalformedAnswer):
+        extract_assembly("I cannot do that.")
+    with pytest.raises(MalformedAnswer, match="empty"):
+        extract_assembly("")
+
+
+def test_correct_first_answer(sat_task, sat_module):
+    with ScriptedServer([Reply(fence(GOOD))]) as server:
+        result = lower(sat_module, LLMBackend(settings(server)), task=sat_task)
+        assert result.verified and result.assembly == GOOD and len(result.attempts) == 1
+        request = server.requests[0]["messages"]
+        assert request[0]["role"] == "system" and "x86-64" in request[0]["content"]
+        assert "@saturating_add" in request[1]["content"]
+
+
+def test_syntax_error_then_fix_feeds_the_assembler_error_back(sat_task, sat_module):
+    with ScriptedServer([Reply(fence(SYNTAX)), Reply(fence(GOOD))]) as server:
+        result = lower(sat_module, LLMBackend(settings(server)), task=sat_task)
+        assert result.verified and [a.stage for a in result.attempts] == ["assemble", "ok"]
+        feedback = server.requests[1]["messages"]
+        assert feedback[-2] == {"role": "assistant", "content": fence(SYNTAX)}
+        assert "assembler rejected" in feedback[-1]["content"] and "error" in feedback[-1]["content"]
+
+
+def test_wrong_output_then_fix(sat_task, sat_module):
+    with ScriptedServer([Reply(fence(WRONG)), Reply(fence(CRASH)), Reply(fence(GOOD))]) as server:
+        result = lower(sat_module, LLMBackend(settings(server)), task=sat_task)
+        assert [a.stage for a in result.attempts] == ["wrong-output", "crash", "ok"]
+        assert "printed wrong results" in server.requests[1]["messages"][-1]["content"]
+        assert "crashed" in server.requests[2]["messages"][-1]["content"]
+
+
+def test_malformed_answers_and_bodies_count_as_failed_rounds(sat_task, sat_module):
+    script = [Reply("Let me think about registers first."), Reply(raw=b"not json"), Reply(fence(GOOD))]
+    with ScriptedServer(script) as server:
+        with TaskHarness(sat_task) as harness:
+            result = llm_lower(sat_module, harness, ChatClient(settings(server)), repairs=3)
+        assert result.ok and result.repaired and result.rounds == 3
+        assert [a.stage for a in result.attempts] == ["malformed", "malformed", "ok"]
+        # the prose was shown back with a complaint; the broken body was not shown at all
+        assert "no ```asm code block" in server.requests[1]["messages"][-1]["content"]
+        assert len(server.requests[2]["messages"]) == len(server.requests[1]["messages"])
+
+
+def test_rate_limit_and_timeout_are_retried_inside_one_round(sat_task, sat_module):
+    script = [Reply(status=429, retry_after=0), Reply(fence(GOOD), delay=1.5), Reply(fence(GOOD))]
+    with ScriptedServer(script) as server:
+        result = lower(sat_module, LLMBackend(settings(server, timeout=0.5)), task=sat_task)
+        assert result.verified and len(result.attempts) == 1 and len(server.requests) == 3
+
+
+def test_bounded_rounds_then_lowering_error_with_the_trace(sat_task, sat_module):
+    with ScriptedServer([Reply(fence(WRONG))] * 3) as server:
+        with pytest.raises(LoweringError, match="no verified assembly after 3 answers") as info:
+            lower(sat_module, LLMBackend(settings(server), repairs=2), task=sat_task)
+        assert len(server.requests) == 3
+        assert [a.stage for a in info.value.result.attempts] == ["wrong-output"] * 3
+        assert not info.value.result.ok
+
+
+def test_endpoint_failure_ends_the_loop_without_losing_the_batch(sat_task):
+    with ScriptedServer([Reply(status=500)] * 3) as server:
+        backend = LLMBackend(settings(server), repairs=3)
+        outcomes = ev.evaluate_backend([sat_task], backend, measure=False)
+        assert outcomes[0].stage == "endpoint" and not outcomes[0].ok and len(server.requests) == 3
+
+
+def test_optimization_phase_keeps_only_correct_and_faster_code():
+    saxpy, = load_tasks("kernels", names=["saxpy"])
+    module = saxpy.module("opt:O3")
+    slow = llc_assembly(saxpy.module().bitcode, opt_level=0)
+    fast = llc_assembly(module.bitcode, opt_level=3)
+    broken = fast.replace("mulps", "addps").replace("mulss", "addss")
+    assert broken != fast
+    with ScriptedServer([Reply(fence(slow)), Reply(fence(broken)), Reply(fence(fast)), Reply(fence(slow))]) as server:
+        with TaskHarness(saxpy) as harness:
+            result = llm_lower(module, harness, ChatClient(settings(server)), optimize_rounds=3, timing_runs=3)
+    phases = [(a.phase, a.stage, a.kept) for a in result.attempts]
+    assert phases == [("generate", "ok", False), ("optimize", "wrong-output", False), ("optimize", "ok", True),
+                      ("optimize", "ok", False)]
+    assert result.assembly == fast and result.optimized and result.rounds == 1
+    assert "not faster" in result.attempts[-1].note
+
+
+# -- prompts ---------------------------------------------------------------------------------------------------
+
+def test_prompt_refinement_filters_reviews_and_versions(tmp_path, sat_task, sat_module):
+    general = "Check each operand list: AT&T memory operands close their parenthesis before the next operand."
+    lessons = (f"LESSON: {general}\nLESSON: In saturating_add, clamp with cmov.\n"
+               "LESSON: Add a comment on every line.\nLESSON: short")
+    script = [Reply(fence(SYNTAX)), Reply(fence(GOOD)), Reply(lessons), Reply("1: KEEP\n2: DROP")]
+    with ScriptedServer(script) as server:
+        client = ChatClient(settings(server))
+        with TaskHarness(sat_task) as harness:
+            trace = llm_lower(sat_module, harness, client, symbol="saturating_add")
+        base = Prompt()
+        refinement = refine_prompt(base, [trace], client)
+        lesson_request = server.requests[2]["messages"][-1]["content"]
+        assert "leal\t(%rdi,%rsi, %eax" in lesson_request and "Failure (assemble)" in lesson_request
+        review_request = server.requests[3]["messages"][-1]["content"]
+        assert "1. " + general in review_request and "clamp with cmov" not in review_request
+    new = refinement.prompt
+    assert refinement.traces_used == 1 and refinement.kept == (general,)
+    assert dict(refinement.rejected) == {"In saturating_add, clamp with cmov.": "names a program",
+                                         "Add a comment on every line.": "dropped in review", "short": "length"}
+    assert new.version == 2 and new.parent == base.digest and general in new.render()
+    path = new.save(tmp_path)
+    assert path.name == "prompt-v2.json" and load_prompt(tmp_path) == new
+    assert load_prompt(None) == base
+    data = json.loads(path.read_text())
+    data["lessons"].append("edited by hand")
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="digest"):
+        load_prompt(path)
+
+
+def test_refined_prompt_is_judged_on_held_out_tasks():
+    tasks = load_tasks("functions", names=["gcd", "popcount32", "fib_iter", "day_kind"])
+    report = ev.run_refinement_scenario(tasks, repairs=2)
+    assert report["train_tasks"] == 2 and report["held_out_tasks"] == 2 and report["traces_used"] == 2
+    assert report["kept"] == [ev.LESSON_TEXT] and report["prompt_versions"] == [1, 2]
+    assert report["held_out_before"]["mean_rounds"] == 2 and report["held_out_after"]["mean_rounds"] == 1
+    assert report["held_out_after"]["acc"] == 1.0
+
+
+def test_scripted_scenarios_behave_as_specified():
+    tasks = load_tasks("functions", names=["gcd", "newton_sqrt"]) + load_tasks("kernels", names=["sum_i64"])
+    report = ev.run_scenarios(tasks, repairs=2, client_timeout=0.5,
+                              scenarios=["correct", "wrong-then-fix", "rate-limited", "bad-json", "always-wrong"])
+    assert report["correct"]["acc"] == 1.0 and report["correct"]["mean_rounds"] == 1
+    assert report["wrong-then-fix"]["rounds_histogram"] == {"2": 3}
+    assert report["rate-limited"]["mean_rounds"] == 1 and report["rate-limited"]["http_tries"] == 6
+    assert report["bad-json"]["rounds_histogram"] == {"2": 3}
+    assert report["always-wrong"]["acc"] == 0.0 and report["always-wrong"]["requests"] == 9
+
+
+# -- CLI -------------------------------------------------------------------------------------------------------
+
+def bpq(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "behavioral_pq", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_cli_lower_with_llc_and_llm(tmp_path, sat_module):
+    out = tmp_path / "sum.s"
+    proc = bpq("lower", str(EXAMPLES / "sum_array.c"), "-o", str(out), "--verify")
+    assert proc.returncode == 0, proc.stderr
+    assert "verification: ok" in proc.stdout and ".globl\tmain" in out.read_text()
+    with ScriptedServer([Reply(fence(SYNTAX)), Reply(fence(GOOD))]) as server:
+        proc = bpq("lower", "--task", "saturating_add", "--backend", "llm", "--json",
+                   env={"BPQ_LLM_BASE_URL": server.base_url, "BPQ_LLM_RETRIES": "0"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["verified"] and [a["stage"] for a in data["answers"]] == ["assemble", "ok"]
+    proc = bpq("lower", str(tmp_path / "missing.c"))
+    assert proc.returncode == 2 and proc.stderr.startswith("bpq: error:")
+    proc = bpq("lower", "--task", "gcd", "--backend", "llm", env={"BPQ_LLM_BASE_URL": "", "OPENAI_BASE_URL": ""})
+    assert proc.returncode == 2 and "no LLM endpoint configured" in proc.stderr
+
+
+def test_cli_compile_auto_passes_builds_a_program_that_prints_the_same(tmp_path):
+    source = EXAMPLES / "state_machine.c"
+    binary = tmp_path / "prog"
+    proc = bpq("compile", str(source), "--auto-passes", "--budget", "3", "-o", str(binary))
+    assert proc.returncode == 0, proc.stderr
+    for step in ("1. load", "2. recommend", "3. optimize", "4. lower", "verification: ok", "5. link"):
+        assert step in proc.stdout
+    reference = tmp_path / "ref"
+    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
+    assert subprocess.run([str(binary)], capture_output=True).stdout == \
+        subprocess.run([str(reference)], capture_output=True).stdout
