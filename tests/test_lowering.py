@@ -404,3 +404,14 @@ def test_cli_compile_auto_passes_builds_a_program_that_prints_the_same(tmp_path)
     subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
     assert subprocess.run([str(binary)], capture_output=True).stdout == \
         subprocess.run([str(reference)], capture_output=True).stdout
+
+
+def test_lowering_package_docstring_example_runs():
+    import doctest
+
+    import behavioral_pq.lowering as lowering
+
+    test = doctest.DocTestParser().get_doctest(lowering.__doc__, {}, "behavioral_pq.lowering", None, 0)
+    runner = doctest.DocTestRunner()
+    runner.run(test)
+    assert runner.tries >= 3 and runner.failures == 0
