@@ -184,12 +184,12 @@ class ScenarioModel:
         if "KEEP" in last and "DROP" in last:
             return Reply(self.review)
         first = next(m["content"] for m in messages if m["role"] == "user")
-        key = f"{len(first)}:{hash(first)}:{sum(m['role'] == 'assistant' for m in messages)}"
+        turn = sum(m["role"] == "assistant" for m in messages)
+        key = f"{hash(first)}:{turn}"  # one conversation turn: a second request for it is the client's retry
         plan = self.plan
         for lesson, heeded in self.heed.items():
             if lesson in messages[0]["content"]:
                 plan = list(heeded)
-        turn = sum(m["role"] == "assistant" for m in messages)
         if OPTIMIZE_INSTRUCTIONS in last:
             module = _module_in(body)
             from behavioral_pq.passes import optimize

@@ -38,6 +38,8 @@ from behavioral_pq.toolchain import find_tool, llc_assembly, run_tool
 STAGES = ("assemble", "link", "crash", "timeout", "wrong-output")
 FLOAT_RELATIVE_TOLERANCE = 1e-6
 FLOAT_ABSOLUTE_TOLERANCE = 1e-9
+#: seconds a timing run (benchmark size, all repetitions) may take
+TIMING_TIMEOUT = 60.0
 #: llvm-mca's scheduling model; fixed so costs compare across machines.
 MCA_CPU = "skylake"
 
@@ -215,13 +217,14 @@ class Harness:
         run_tool([find_tool("clang"), *flags, "-c", str(source), "-o", str(obj)], timeout=self.tool_timeout)
         return obj
 
-    def _execute(self, binary: Path, args: Sequence[str] = ()) -> Tuple[int, str]:
+    def _execute(self, binary: Path, args: Sequence[str] = (), timeout: Optional[float] = None) -> Tuple[int, str]:
         """Run a built program: (exit status, stdout); raises _StageError for a signal or a timeout."""
+        timeout = timeout or self.run_timeout
         try:
-            proc = subprocess.run([str(binary), *args], capture_output=True, timeout=self.run_timeout,
+            proc = subprocess.run([str(binary), *args], capture_output=True, timeout=timeout,
                                   stdin=subprocess.DEVNULL, check=False)
         except subprocess.TimeoutExpired:
-            raise _StageError("timeout", f"killed after {self.run_timeout:g} s") from None
+            raise _StageError("timeout", f"killed after {timeout:g} s") from None
         if proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals() else "?"
             raise _StageError("crash", f"killed by signal {-proc.returncode} ({name}); "
@@ -308,13 +311,11 @@ class TaskHarness(Harness):
     def _time(self, binary: Path, runs: int) -> Timing:
         samples = []
         for _ in range(runs):
-            old, self.run_timeout = self.run_timeout, max(self.run_timeout, 60.0)
             try:
-                status, out = self._execute(binary, [str(self.task.bench_n), str(self.task.reps)])
+                status, out = self._execute(binary, [str(self.task.bench_n), str(self.task.reps)],
+                                            timeout=max(self.run_timeout, TIMING_TIMEOUT))
             except _StageError as exc:
                 raise ToolError(f"{self.task.name}: timing run failed ({exc.stage}): {exc.message}") from None
-            finally:
-                self.run_timeout = old
             match = re.search(r"time_ns (\d+)", out)
             if status != 0 or not match:
                 raise ToolError(f"{self.task.name}: timing run exited with {status}, printed {out[:200]!r}")
