@@ -302,7 +302,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.argv_echo = list(sys.argv[2:] if argv is None else argv[1:])
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -66,7 +66,7 @@ def _backend(args):
     return _llm_backend(args)
 
 
-def _print_lowering(lowering, verbose_attempts: bool = True) -> None:
+def _print_lowering(lowering) -> None:
     for i, attempt in enumerate(lowering.attempts, 1):
         detail = attempt.note or (attempt.message.strip().splitlines() or [""])[0][:150]
         print(f"  answer {i} ({attempt.phase}): {attempt.stage}{': ' + detail if detail else ''}")
@@ -195,7 +195,7 @@ def cmd_evaluate_lowering(args) -> int:
     from behavioral_pq.toolchain import find_tool, run_tool
 
     llvm = run_tool([find_tool("llc"), "--version"]).stdout.decode().split("version")[1].split()[0]
-    report["meta"] = {"command": "bpq evaluate-lowering " + " ".join(args.argv_echo), "version": __version__,
+    report["meta"] = {"command": _evaluate_command(args), "version": __version__,
                       "llvm": llvm, "machine": f"{platform.machine()}, {_cpu_name()}",
                       "tasks": f"{args.tasks} ({len(tasks)}: {sum(not t.timed for t in tasks)} functions, "
                                f"{sum(t.timed for t in tasks)} kernels)",
@@ -204,6 +204,18 @@ def cmd_evaluate_lowering(args) -> int:
     path = ev.write_report(Path(args.out), report, outcomes)
     print(json.dumps(report, indent=1) if args.json else path.read_text())
     return 0
+
+
+def _evaluate_command(args) -> str:
+    """The command line that reproduces the report (options left at their defaults are not repeated)."""
+    parts = [f"bpq evaluate-lowering --out {args.out}"]
+    for flag, value, default in (("--tasks", args.tasks, "all"), ("--pipelines", args.pipelines, "O3,Oz,opt:O3"),
+                                 ("--timing-runs", args.timing_runs, 5), ("--margin", args.margin, 0.05),
+                                 ("--repairs", args.repairs, 3)):
+        if value != default:
+            parts.append(f"{flag} {value}")
+    parts += [flag for flag, on in (("--llm", args.llm), ("--no-scripted", args.no_scripted)) if on]
+    return " ".join(parts)
 
 
 def _pipeline_label(pipeline: str) -> str:
@@ -223,7 +235,8 @@ def _cpu_name() -> str:
 def cmd_refine_prompt(args) -> int:
     import statistics
 
-    from behavioral_pq.lowering.harness import TaskHarness
+    from behavioral_pq.lowering.backends import LLMBackend
+    from behavioral_pq.lowering.evaluation import run_tasks
     from behavioral_pq.lowering.prompts import refine_prompt
     from behavioral_pq.lowering.tasks import load_tasks, split_tasks
 
@@ -231,12 +244,8 @@ def cmd_refine_prompt(args) -> int:
     train, held_out = split_tasks(load_tasks(args.tasks), held_out=args.held_out, seed=args.seed)
 
     def run(tasks, prompt):
-        backend.prompt = prompt
-        results = []
-        for task in tasks:
-            with TaskHarness(task) as harness:
-                results.append(backend.run(task.module(args.pipeline), harness, name=task.name, symbol=task.symbol))
-        return results
+        return run_tasks(tasks, LLMBackend(client=backend.client, prompt=prompt, repairs=args.repairs),
+                         pipeline=args.pipeline, progress=True)
 
     base = backend.prompt
     refinement = refine_prompt(base, run(train, base), backend.client)
@@ -244,13 +253,12 @@ def cmd_refine_prompt(args) -> int:
           f"lessons proposed, {len(refinement.kept)} kept")
     for lesson, why in refinement.rejected:
         print(f"  rejected ({why}): {lesson}")
-    rows = {}
-    for label, prompt in (("before", base), ("after", refinement.prompt)):
+    for prompt in (base, refinement.prompt):
         results = run(held_out, prompt)
-        rows[label] = (sum(r.ok for r in results) / max(1, len(results)),
-                       statistics.mean(r.rounds for r in results) if results else 0.0)
-        print(f"held-out ({len(held_out)} tasks), prompt v{prompt.version}: ACC {rows[label][0]:.3f}, "
-              f"mean answers {rows[label][1]:.2f}")
+        accuracy = sum(r.ok for r in results) / max(1, len(results))
+        rounds = statistics.mean(r.rounds for r in results) if results else 0.0
+        print(f"held-out ({len(held_out)} tasks), prompt v{prompt.version}: ACC {accuracy:.3f}, "
+              f"mean answers {rounds:.2f}")
     if refinement.prompt is not base:
         print(f"wrote {refinement.prompt.save(args.out)}")
     return 0

@@ -415,3 +415,23 @@ def test_lowering_package_docstring_example_runs():
     runner = doctest.DocTestRunner()
     runner.run(test)
     assert runner.tries >= 3 and runner.failures == 0
+
+
+def test_cli_refine_prompt_writes_a_new_version(tmp_path):
+    names = ["gcd", "popcount32", "fib_iter", "day_kind"]
+    (tmp_path / "few").mkdir()
+    data = json.loads((load_tasks("functions")[0].source.parent.parent / "functions.json").read_text())
+    data["tasks"] = [t for t in data["tasks"] if t["name"] in names]
+    (tmp_path / "few.json").write_text(json.dumps(data))
+    for task in load_tasks("functions", names=names):
+        (tmp_path / "few" / task.source.name).write_text(task.source.read_text())
+    model = ev.ScenarioModel(["syntax", "correct"], lessons=f"LESSON: {ev.LESSON_TEXT}", review="1: KEEP",
+                             heed={ev.LESSON_TEXT: ["correct"]})
+    with ScriptedServer(model) as server:
+        proc = bpq("refine-prompt", "--tasks", str(tmp_path / "few.json"), "--out", str(tmp_path / "prompts"),
+                   env={"BPQ_LLM_BASE_URL": server.base_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "2 repaired traces on 2 train tasks" in proc.stdout
+    assert "prompt v1: ACC 1.000, mean answers 2.00" in proc.stdout
+    assert "prompt v2: ACC 1.000, mean answers 1.00" in proc.stdout
+    assert load_prompt(tmp_path / "prompts").lessons == (ev.LESSON_TEXT,)

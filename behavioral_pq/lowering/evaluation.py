@@ -279,10 +279,12 @@ def run_refinement_scenario(tasks: Sequence[Task], *, repairs: int = 3, pipeline
     with ScriptedServer(model) as server:
         client = ChatClient(LLMSettings(base_url=server.base_url, timeout=30, retries=1, backoff=0))
         base = Prompt()
-        before_train = _run(train, client, base, repairs, pipeline, progress)
-        refinement = refine_prompt(base, before_train, client)
-        before = _run(held_out, client, base, repairs, pipeline, progress)
-        after = _run(held_out, client, refinement.prompt, repairs, pipeline, progress)
+        def run(tasks, prompt):
+            return run_tasks(tasks, LLMBackend(client=client, prompt=prompt, repairs=repairs), pipeline=pipeline,
+                             progress=progress)
+
+        refinement = refine_prompt(base, run(train, base), client)
+        before, after = run(held_out, base), run(held_out, refinement.prompt)
     return {"train_tasks": len(train), "held_out_tasks": len(held_out), "traces_used": refinement.traces_used,
             "proposed": list(refinement.proposed), "kept": list(refinement.kept),
             "rejected": [list(r) for r in refinement.rejected],
@@ -294,12 +296,13 @@ def run_refinement_scenario(tasks: Sequence[Task], *, repairs: int = 3, pipeline
                                "mean_rounds": statistics.mean(r.rounds for r in after) if after else None}}
 
 
-def _run(tasks, client, prompt, repairs, pipeline, progress):
+def run_tasks(tasks: Sequence[Task], backend: LLMBackend, *, pipeline="O3", progress: bool = False) -> List:
+    """The LLM loop's full result (:class:`~behavioral_pq.lowering.repair.LLMResult`) for each task, with the
+    backend's prompt: the traces prompt refinement learns from, and how a prompt is judged."""
     from tqdm.auto import tqdm
 
-    backend = LLMBackend(client=client, prompt=prompt, repairs=repairs)
     results = []
-    for task in tqdm(tasks, desc=f"prompt v{prompt.version}", disable=not progress, unit="task"):
+    for task in tqdm(tasks, desc=f"prompt v{backend.prompt.version}", disable=not progress, unit="task"):
         with TaskHarness(task) as harness:
             results.append(backend.run(task.module(pipeline), harness, name=task.name, symbol=task.symbol))
     return results
