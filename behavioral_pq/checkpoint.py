@@ -4,7 +4,7 @@ Layout::
 
     config.json          format and version; versions of behavioral_pq, LLVM, torch, faiss; model config;
                          pooling; feature names; probe-set name and hash; corpus description; seed; training
-                         summary; sha256 of every other file
+                         summary; sha256 of every other file; a digest of its own content
     probes.json          the probe set the spectra are measured with
     quantizer.npz        the product quantizer (see behavioral_pq.quantizer)
     model.safetensors    PQ-BERT weights (float32, or float16 to keep the file small)
@@ -16,6 +16,7 @@ feature schema, a probe set whose hash differs from the one recorded, and weight
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,6 +34,26 @@ FILES = ("probes.json", "quantizer.npz", "model.safetensors")
 
 class CheckpointError(BPQError, ValueError):
     """A checkpoint that is missing, corrupt, or made for another LLVM version, feature schema or probe set."""
+
+
+def content_digest(data: dict) -> str:
+    """sha256 of a JSON object's canonical form, without its own ``digest`` field."""
+    body = {k: v for k, v in data.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seal(data: dict) -> dict:
+    """``data`` with a ``digest`` of its content, checked by :func:`check_seal` when read back."""
+    return dict(data, digest=content_digest(data))
+
+
+def check_seal(data: dict, file: Path, error: type) -> None:
+    """Raise ``error`` naming ``file`` unless ``data`` carries the digest of its own content (a bit flip in a
+    number would otherwise load as a silently different artifact)."""
+    if "digest" not in data:
+        raise error(f"{file}: no content digest (written by an older behavioral_pq, or edited); save it again")
+    if data["digest"] != content_digest(data):
+        raise error(f"{file}: content digest mismatch (corrupt or edited file)")
 
 
 @dataclass(frozen=True)
@@ -97,7 +118,7 @@ def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, 
         "corpus": corpus, "seed": seed, "training": training or {},
         "files": {name: sha256_file(tmp / name) for name in FILES},
     }
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (tmp / "config.json").write_text(json.dumps(seal(config), indent=2) + "\n")
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)
@@ -121,6 +142,7 @@ def read_config(path: Union[str, os.PathLike]) -> dict:
     if config.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{config_path}: checkpoint format version {config.get('format_version')} is not "
                               f"supported (this package reads version {FORMAT_VERSION})")
+    check_seal(config, config_path, CheckpointError)
     return config
 
 

@@ -72,7 +72,8 @@ def cmd_build(args) -> int:
     with _executor(args) as executor:
         summary = build_corpus(items(), args.out, labels=not args.no_labels, executor=executor,
                                workers=args.workers, chunk_size=args.chunk_size, timeout=args.timeout,
-                               progress=not args.quiet, description=description, total=total)
+                               progress=not args.quiet, description=description, total=total,
+                               flush_seconds=args.flush_seconds)
     _print_summary(f"corpus build -> {args.out}", summary, args.json)
     return 0
 
@@ -96,7 +97,7 @@ def cmd_label(args) -> int:
 
     with _executor(args) as executor:
         summary = label_corpus(args.store, executor=executor, workers=args.workers, timeout=args.timeout,
-                               progress=not args.quiet)
+                               progress=not args.quiet, flush_seconds=args.flush_seconds)
     _print_summary(f"labels -> {args.store}", summary, args.json)
     return 0
 
@@ -107,7 +108,8 @@ def cmd_spectra(args) -> int:
     only = set(Corpus(args.store).split(args.split)) if args.split else None
     with _executor(args) as executor:
         summary = compute_spectra(args.store, args.probes, executor=executor, workers=args.workers,
-                                  timeout=args.timeout, progress=not args.quiet, only=only)
+                                  timeout=args.timeout, progress=not args.quiet, only=only,
+                                  flush_seconds=args.flush_seconds)
     _print_summary(f"spectra -> {args.store}", summary, args.json)
     return 0
 
@@ -186,10 +188,20 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _jobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: the CPUs)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://host:8786")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per pipeline per module (default 60)")
+    p.add_argument("--flush-seconds", type=_positive, default=60.0, metavar="S",
+                   help="write finished rows to the store at least this often; a killed job loses at most "
+                   "this much work (default 60)")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 

@@ -90,6 +90,7 @@ def _lowering_json(lowering) -> dict:
 def cmd_lower(args) -> int:
     from behavioral_pq.cli import _parse_passes
     from behavioral_pq.lowering.backends import lower
+    from behavioral_pq.errors import ToolError
     from behavioral_pq.lowering.harness import static_cost
     from behavioral_pq.lowering.tasks import load_tasks
     from behavioral_pq.module import load_module
@@ -102,17 +103,21 @@ def cmd_lower(args) -> int:
     optimized = optimize(module, _parse_passes(args.passes)) if args.passes.lower() != "none" else module
     lowering = lower(optimized, _backend(args), task=task, verify=True if args.verify else None,
                      reference=module)
-    cost = static_cost(lowering.assembly)
+    try:
+        cost = static_cost(lowering.assembly)
+    except ToolError:  # nothing mca can measure, e.g. a module that only declares or holds data
+        cost = None
     if args.output:
         lowering.save(args.output)
     if args.json:
         print(json.dumps({"module": module.name, "passes": args.passes, **_lowering_json(lowering),
-                          "mca_cycles": cost.cycles, "output": args.output}, indent=1))
+                          "mca_cycles": cost.cycles if cost else None, "output": args.output}, indent=1))
         return 0
     print(f"{module.name}: {module.instruction_count} -> {optimized.instruction_count} IR instructions "
           f"({args.passes}); lowered by {lowering.backend} in {lowering.seconds:.2f} s")
     _print_lowering(lowering)
-    print(f"  llvm-mca: {cost.cycles} cycles for 100 iterations ({cost.instructions // 100} instructions)")
+    print(f"  llvm-mca: {cost.cycles} cycles for 100 iterations ({cost.instructions // 100} instructions)" if cost
+          else "  llvm-mca: no instructions to measure")
     print(f"wrote {args.output}" if args.output else "(no -o given: nothing written)")
     return 0
 

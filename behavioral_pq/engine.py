@@ -57,6 +57,21 @@ def default_workers() -> int:
 _valid_pipelines: Dict[str, str] = {}
 
 
+BITCODE_MAGIC = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # raw bitcode, and the bitcode wrapper header
+
+
+def _check_encoding(data: bytes, name: str) -> None:
+    """Refuse binary data that is neither bitcode nor UTF-8 text before LLVM sees it (its diagnostic would quote
+    the raw bytes, and the message could not even be shown)."""
+    if bytes(data[:4]) in BITCODE_MAGIC:
+        return
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidIRError(f"{name}: neither LLVM bitcode nor IR text (byte {exc.start} is binary data, and the "
+                             "file does not start with the bitcode magic)") from None
+
+
 def check_pipeline(pipeline: str) -> str:
     """Return ``pipeline`` if LLVM parses it; raise PipelineError with LLVM's message otherwise."""
     if pipeline not in _valid_pipelines:
@@ -243,6 +258,7 @@ class Engine:
     def prepare(self, data: bytes, name: str = "module") -> bytes:
         """Parse ``.ll`` text or bitcode, verify, strip debug info and named metadata, clear the source file name;
         return bitcode."""
+        _check_encoding(data, name)
         if self.workers == 0:
             return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
         return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)
@@ -489,14 +505,13 @@ class Engine:
     def _engine_error(self, worker: _Worker, timed_out: bool, name: str, pipeline: Optional[str],
                       index: Optional[int]) -> EngineError:
         where = f" (pipeline {index})" if index is not None else ""
-        shown = pipeline if pipeline is None or len(pipeline) < 200 else pipeline[:197] + "..."
         if timed_out:
             return PassTimeoutError(f"{name}: pass pipeline{where} ran past {self.timeout:g} s and was killed",
-                                    module=name, pipeline=shown, pipeline_index=index)
+                                    module=name, pipeline=pipeline, pipeline_index=index)
         stderr = worker.stderr_tail()
         detail = f"; stderr: {stderr}" if stderr else ""
         return PassCrashError(f"{name}: LLVM crashed{where}, worker {worker.exit_description()}{detail}",
-                              module=name, pipeline=shown, pipeline_index=index, detail=stderr)
+                              module=name, pipeline=pipeline, pipeline_index=index, detail=stderr)
 
     def _in_process(self, call, invalid):
         try:

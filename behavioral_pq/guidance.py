@@ -198,7 +198,8 @@ class ProgramLibrary:
         """Write the library folder (``library.json`` + ``index.faiss``), replacing ``path`` once complete."""
         import faiss
 
-        from behavioral_pq.checkpoint import versions
+        from behavioral_pq.checkpoint import seal, versions
+        from behavioral_pq.predictors import file_checksums
 
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
@@ -214,8 +215,9 @@ class ProgramLibrary:
                   "versions": versions(), "encoder": self.encoder, "settings": self.settings,
                   "mean": self.mean.tolist(), "scale": self.scale.tolist(),
                   "pipelines": [encode_steps(s) for s in pipelines], "programs": programs}
-        (tmp / "library.json").write_text(json.dumps(config, separators=(",", ":")) + "\n")
         faiss.write_index(self._raw_index(), str(tmp / "index.faiss"))
+        config["files"] = file_checksums(tmp, ["index.faiss"])
+        (tmp / "library.json").write_text(json.dumps(seal(config), separators=(",", ":")) + "\n")
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -253,10 +255,11 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
     import faiss
 
     from behavioral_pq.encoder import load_encoder, shipped
-    from behavioral_pq.predictors import check_encoder, read_config
+    from behavioral_pq.predictors import check_encoder, check_files, read_config
 
     path = Path(shipped(DEFAULT_NAME) if path is None else path)
     config = read_config(path / "library.json", FORMAT, FORMAT_VERSION, LibraryError, "a program library")
+    check_files(path, config, LibraryError)
     encoder = encoder or load_encoder()
     wanted = config.get("encoder", {})
     check_encoder(path, wanted, encoder, LibraryError,

@@ -29,6 +29,7 @@ from behavioral_pq.errors import BPQError
 FORMAT = "behavioral_pq.predictor"
 FORMAT_VERSION = 1
 KINDS = ("best-pass", "oz-benefit")
+ESTIMATOR_FILES = ("estimator.json", "estimator.safetensors")
 DEFAULT_NAMES = {"best-pass": "pqbert-small-s0-best-pass", "oz-benefit": "pqbert-small-s0-oz"}
 
 
@@ -64,7 +65,32 @@ def read_config(file: Path, fmt: str, version: int, error: type, what: str) -> d
         found = (config.get("format"), config.get("format_version")) if isinstance(config, dict) else (None, None)
         raise error(f"{file.parent}: format {found[0]!r} version {found[1]!r}, this library reads {fmt!r} "
                     f"version {version}")
+    from behavioral_pq.checkpoint import check_seal
+
+    check_seal(config, file, error)
     return config
+
+
+def file_checksums(folder: Path, names) -> dict:
+    """sha256 of each named file of ``folder``, for a sealed config."""
+    from behavioral_pq.corpus.store import sha256_file
+
+    return {name: sha256_file(folder / name) for name in names}
+
+
+def check_files(folder: Path, config: dict, error: type) -> None:
+    """Raise ``error`` naming the file when a file listed in ``config["files"]`` is missing or differs."""
+    from behavioral_pq.corpus.store import sha256_file
+
+    files = config.get("files")
+    if not isinstance(files, dict) or not files:
+        raise error(f"{folder}: no file checksums in its config; save it again")
+    for name, digest in files.items():
+        file = folder / name
+        if not file.is_file():
+            raise error(f"{file}: missing")
+        if sha256_file(file) != digest:
+            raise error(f"{file}: checksum mismatch (corrupt or edited file)")
 
 
 def check_encoder(path, wanted: dict, encoder, error: type, hint: str, verb: str = "built") -> None:
@@ -108,7 +134,7 @@ def save_predictor(path: Union[str, os.PathLike], kind: str, estimator, encoder,
     """Write a predictor folder (replacing ``path`` only once complete)."""
     import shutil
 
-    from behavioral_pq.checkpoint import versions
+    from behavioral_pq.checkpoint import seal, versions
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -118,8 +144,9 @@ def save_predictor(path: Union[str, os.PathLike], kind: str, estimator, encoder,
     estimator.save(tmp)
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "versions": versions(),
               "encoder": encoder_identity(encoder), "representation": f"pqbert-{encoder.pooling}",
-              "pooling": encoder.pooling, "training": training, "metrics": metrics}
-    (tmp / "predictor.json").write_text(json.dumps(config, indent=2) + "\n")
+              "pooling": encoder.pooling, "training": training, "metrics": metrics,
+              "files": file_checksums(tmp, ESTIMATOR_FILES)}
+    (tmp / "predictor.json").write_text(json.dumps(seal(config), indent=2) + "\n")
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)
@@ -149,6 +176,7 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
         encoder = load_encoder(encoder.path, pooling=config.get("pooling"))  # same weights, the predictor's pooling
     check_encoder(path, config.get("encoder", {}), encoder, PredictorError,
                   "pass the encoder it was trained on (--checkpoint) or retrain it (bpq train)", verb="trained")
+    check_files(path, config, PredictorError)
     cls = BestPassClassifier if config["kind"] == "best-pass" else OzBenefitRegressor
     try:
         estimator = cls.load(path)

@@ -323,10 +323,13 @@ def corrupt_copies(path: Path, tmp_path: Path):
         shutil.copytree(path, target)
         return target
 
-    def edit_config(folder, change):
+    def edit_config(folder, change, reseal=True):
+        """Change config.json; resealed, it stands for a genuine checkpoint made another way."""
+        from behavioral_pq.checkpoint import seal
+
         config = json.loads((folder / "config.json").read_text())
         change(config)
-        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "config.json").write_text(json.dumps(seal(config) if reseal else config))
 
     out = []
     c = copy("truncated")
@@ -347,6 +350,9 @@ def corrupt_copies(path: Path, tmp_path: Path):
     random_probes(16, 4, seed=1).save(c / "probes.json")       # another probe set, with a matching file checksum
     edit_config(c, lambda config: config["files"].update({"probes.json": sha256_file(c / "probes.json")}))
     out.append((c, "not the one the model was trained with"))
+    c = copy("edited")
+    edit_config(c, lambda config: config.update(pooling="cls"), reseal=False)
+    out.append((c, "config.json: content digest mismatch"))
     c = copy("version")
     edit_config(c, lambda config: config.update(format_version=99))
     out.append((c, "format version 99"))

@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+from behavioral_pq.checkpoint import seal
+
 import behavioral_pq as bpq
 from behavioral_pq.corpus import build_corpus, discover, split_corpus
 from behavioral_pq.corpus.reader import Corpus
@@ -80,12 +82,12 @@ def test_library_refuses_missing_corrupt_and_foreign_folders(lib_world, tmp_path
     copy = tmp_path / "copy"
     shutil.copytree(lib_world["root"] / "library", copy)
     (copy / "index.faiss").write_bytes(b"garbage")
-    with pytest.raises(LibraryError, match="corrupt"):
+    with pytest.raises(LibraryError, match="index.faiss: checksum mismatch"):
         load_library(copy, encoder=lib_world["encoder"])
     shutil.copytree(lib_world["root"] / "library", tmp_path / "foreign")
     config = json.loads((tmp_path / "foreign" / "library.json").read_text())
     config["encoder"]["model_sha256"] = "0" * 64
-    (tmp_path / "foreign" / "library.json").write_text(json.dumps(config))
+    (tmp_path / "foreign" / "library.json").write_text(json.dumps(seal(config)))  # a genuine library of another encoder
     with pytest.raises(LibraryError, match="built on encoder"):
         load_library(tmp_path / "foreign", encoder=lib_world["encoder"])
 

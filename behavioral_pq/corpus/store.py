@@ -96,11 +96,16 @@ def sha256_file(path: Path) -> str:
 
 def _write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # a full disk leaves no half-written manifest copy behind
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _pid_alive(pid: int) -> bool:
@@ -127,6 +132,7 @@ class CorpusStore:
 
     def __init__(self, path: os.PathLike, *, create: bool = False):
         self.path = Path(path)
+        self._verified: set = set()  # shards whose checksum was checked by this instance (shards are immutable)
         manifest = self.path / MANIFEST
         if not manifest.exists():
             if not create:
@@ -166,11 +172,28 @@ class CorpusStore:
         return self.manifest
 
     def check_writable(self) -> None:
-        """Raise CorpusError if this store was made with another LLVM major version than the native core."""
+        """Raise CorpusError if this store was made with another LLVM major version than the native core, or if
+        its directory cannot be written (read-only file system, permissions, a full disk): a job learns that
+        before it computes anything."""
         major = self.manifest.get("llvm_major")
         if major != LLVM_MAJOR:
             raise CorpusError(f"{self.path}: store built with LLVM {self.manifest.get('llvm_version')}, "
                               f"this build of behavioral_pq uses LLVM {LLVM_VERSION}; use a new store")
+        probe = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.probe"
+        try:
+            probe.parent.mkdir(exist_ok=True)
+            with open(probe, "wb") as f:
+                f.write(b"\0" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+            with self._locked():
+                pass
+        except OSError as exc:
+            raise CorpusError(f"{self.path}: the store is not writable ({exc.strerror or exc}); "
+                              "it is unchanged and still readable") from None
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def _locked(self):
@@ -230,26 +253,30 @@ class CorpusStore:
                 _write_json_atomic(self.path / MANIFEST, manifest)
                 self.manifest = manifest
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # on a read-only file system even this fails
+                tmp.unlink(missing_ok=True)
             raise CorpusError(f"{self.path}: cannot write a {table} shard ({exc.strerror or exc}); "
                               "the store is unchanged and still readable") from None
         return entry
 
     def update_manifest(self, **fields) -> None:
         """Set top-level manifest fields under the store lock (e.g. ``splits``)."""
-        with self._locked():
-            manifest = self._read_manifest()
-            manifest.update(fields)
-            _write_json_atomic(self.path / MANIFEST, manifest)
-            self.manifest = manifest
+        self._edit_manifest(lambda manifest: manifest.update(fields))
 
     def record_source(self, description: dict) -> None:
         """Append a description of a build (sources, options, versions) to the manifest's ``sources``."""
-        with self._locked():
-            manifest = self._read_manifest()
-            manifest.setdefault("sources", []).append(description)
-            _write_json_atomic(self.path / MANIFEST, manifest)
-            self.manifest = manifest
+        self._edit_manifest(lambda manifest: manifest.setdefault("sources", []).append(description))
+
+    def _edit_manifest(self, edit) -> None:
+        try:
+            with self._locked():
+                manifest = self._read_manifest()
+                edit(manifest)
+                _write_json_atomic(self.path / MANIFEST, manifest)
+                self.manifest = manifest
+        except OSError as exc:
+            raise CorpusError(f"{self.path}: cannot update the manifest ({exc.strerror or exc}); "
+                              "the store is unchanged and still readable") from None
 
     # -- reading -------------------------------------------------------------------------------------------
     def shards(self, table: str, probe_set: Optional[str] = None) -> List[dict]:
@@ -269,27 +296,30 @@ class CorpusStore:
             raise CorpusError(f"{path}: shard listed in the manifest is missing") from None
         if size != entry["bytes"]:
             raise CorpusError(f"{path}: shard is {size} bytes, the manifest says {entry['bytes']} (truncated?)")
-        if verify and sha256_file(path) != entry["sha256"]:
-            raise CorpusError(f"{path}: shard checksum does not match the manifest (corrupt)")
+        if verify and entry["path"] not in self._verified:
+            if sha256_file(path) != entry["sha256"]:
+                raise CorpusError(f"{path}: shard checksum does not match the manifest (corrupt)")
+            self._verified.add(entry["path"])
         try:
             return pq.ParquetFile(path)
         except (pa.ArrowException, OSError) as exc:
             raise CorpusError(f"{path}: unreadable shard ({exc})") from None
 
-    def read_shard(self, entry: dict, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    def read_shard(self, entry: dict, columns: Optional[Sequence[str]] = None, *, verify: bool = True) -> pa.Table:
         """One shard (a manifest entry) as a table, without deduplication."""
         try:
-            return self._open_shard(entry, verify=False).read(columns=columns)
+            return self._open_shard(entry, verify).read(columns=columns)
         except (pa.ArrowException, OSError) as exc:
             raise CorpusError(f"{self.path / entry['path']}: unreadable shard ({exc})") from None
 
     def iter_batches(self, table: str, columns: Optional[Sequence[str]] = None, *, probe_set: Optional[str] = None,
-                     batch_size: int = 1024, verify: bool = False, dedupe: bool = True) -> Iterator[pa.RecordBatch]:
+                     batch_size: int = 1024, verify: bool = True, dedupe: bool = True) -> Iterator[pa.RecordBatch]:
         """Stream a table shard by shard, each key once (memory: one batch plus the set of keys seen).
 
         Args:
             columns: columns to read (the key column is always read when deduplicating).
-            verify: check every shard's sha256 against the manifest first.
+            verify: check each shard's sha256 against the manifest before its first read by this instance
+                (default; a flipped bit in a Parquet page could otherwise decode as a silently different value).
         """
         key = KEYS[table]
         wanted = list(columns) if columns is not None else None
@@ -313,7 +343,7 @@ class CorpusStore:
                 raise CorpusError(f"{self.path / entry['path']}: unreadable shard ({exc})") from None
 
     def read(self, table: str, columns: Optional[Sequence[str]] = None, *, probe_set: Optional[str] = None,
-             verify: bool = False) -> pa.Table:
+             verify: bool = True) -> pa.Table:
         """A whole table, each key once (see :meth:`iter_batches`)."""
         schema = SCHEMAS[table]
         batches = list(self.iter_batches(table, columns, probe_set=probe_set, verify=verify))
@@ -334,6 +364,7 @@ class CorpusStore:
         problems = []
         for entry in self.manifest["shards"]:
             try:
+                self._verified.discard(entry["path"])
                 self._open_shard(entry, verify=True).metadata
             except CorpusError as exc:
                 problems.append(str(exc))
@@ -354,15 +385,21 @@ class CorpusStore:
         """Replace the store's split assignment (rows: sha256, group, split) and record ``info``."""
         rows = rows.cast(SPLITS_SCHEMA)
         tmp = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
-        tmp.parent.mkdir(exist_ok=True)
-        pq.write_table(rows, tmp, compression="zstd")
-        with self._locked():
-            name = f"splits-{uuid.uuid4().hex[:8]}.parquet"
-            os.replace(tmp, self.path / name)
-            manifest = self._read_manifest()
-            old = manifest.get("splits")
-            manifest["splits"] = dict(info, path=name, sha256=sha256_file(self.path / name))
-            _write_json_atomic(self.path / MANIFEST, manifest)
-            self.manifest = manifest
-            if old and old.get("path") != name:
-                (self.path / old["path"]).unlink(missing_ok=True)
+        try:
+            tmp.parent.mkdir(exist_ok=True)
+            pq.write_table(rows, tmp, compression="zstd")
+            with self._locked():
+                name = f"splits-{uuid.uuid4().hex[:8]}.parquet"
+                os.replace(tmp, self.path / name)
+                manifest = self._read_manifest()
+                old = manifest.get("splits")
+                manifest["splits"] = dict(info, path=name, sha256=sha256_file(self.path / name))
+                _write_json_atomic(self.path / MANIFEST, manifest)
+                self.manifest = manifest
+                if old and old.get("path") != name:
+                    (self.path / old["path"]).unlink(missing_ok=True)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise CorpusError(f"{self.path}: cannot write the splits ({exc.strerror or exc}); "
+                              "the store is unchanged and still readable") from None
