@@ -137,6 +137,8 @@ def load_probes(path: Union[str, os.PathLike, ProbeSet, None] = None) -> ProbeSe
         text = path.read_text()
     except OSError as exc:
         raise ProbeSetError(f"cannot read probe set {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProbeSetError(f"{path}: not a probe-set file (byte {exc.start} is not UTF-8 text)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

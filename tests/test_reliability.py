@@ -180,6 +180,19 @@ def test_corrupt_library_files_are_refused(tmp_path, file):
         load_library(folder)
 
 
+def test_a_probe_set_file_with_a_non_utf8_byte_is_a_probe_set_error(tmp_path):
+    """Defect 8: a flipped high bit in probes.json raised UnicodeDecodeError, naming no file."""
+    from behavioral_pq.errors import ProbeSetError
+    from behavioral_pq.probes import load_probes
+
+    path = tmp_path / "probes.json"
+    data = bytearray((CHECKPOINTS / "pqbert-small-s0" / "probes.json").read_bytes())
+    data[len(data) // 2] |= 0x80
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProbeSetError, match="probes.json: not a probe-set file"):
+        load_probes(path)
+
+
 # -- inputs ------------------------------------------------------------------------------------------------------
 
 def test_input_fault_matrix_through_the_cli(tmp_path):
