@@ -84,18 +84,21 @@ def compare(reference: dict, other: dict, expected_inputs: int) -> dict:
     return out
 
 
+def _env() -> dict:
+    """The environment of a ``bpq`` subprocess: this checkout first on the import path."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
 def run(command: List[str], **kw) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run(command, capture_output=True, env=env, **kw)
+    return subprocess.run(command, capture_output=True, env=_env(), **kw)
 
 
 def killed_builds(inputs: Path, store: Path, workers: int, kills: int, rng: random.Random) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     log = []
     done = 0
     while done < kills:
         proc = subprocess.Popen(build_command(inputs, store, workers), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)
+                                stderr=subprocess.PIPE, env=_env(), start_new_session=True)
         delay = rng.uniform(0.5, 8.0)
         try:
             proc.wait(timeout=delay)
@@ -161,9 +164,8 @@ def _json(data: bytes) -> Optional[dict]:
 
 
 def concurrent_builds(inputs: Path, store: Path, workers: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     procs = [subprocess.Popen(build_command(inputs, store, max(1, workers // 2)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env) for _ in range(2)]
+                              stderr=subprocess.PIPE, env=_env()) for _ in range(2)]
     outs = [p.communicate() for p in procs]
     again = run(build_command(inputs, store, workers))
     return {"returncodes": [p.returncode for p in procs], "summaries": [_json(o[0]) for o in outs],
