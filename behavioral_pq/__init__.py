@@ -14,7 +14,11 @@ Example::
     >>> bpq.spectrum(m).shape
     (100, 56)
 
-Names load lazily: ``import behavioral_pq`` does not import the native core, torch or faiss.
+The package is layered (see the README's Architecture section): ``core`` (LLVM, modules, passes, features),
+``embedding`` (probe sets, spectra, quantizer, PQ-BERT, encoder), ``corpus``, ``training``, ``tasks``
+(predictors, guidance), ``lowering``, ``reports`` and ``cli``. This module re-exports the few names most users
+need; everything else is reachable by submodule (``behavioral_pq.errors`` holds every error class). Names load
+lazily: ``import behavioral_pq`` does not import the native core, torch or faiss.
 """
 
 from __future__ import annotations
@@ -22,54 +26,45 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from behavioral_pq._version import __version__
 
 _EXPORTS = {
-    "Module": "behavioral_pq.module",
-    "load_module": "behavioral_pq.module",
-    "autophase": "behavioral_pq.features",
-    "instcount": "behavioral_pq.features",
-    "AUTOPHASE_FEATURES": "behavioral_pq.features",
-    "INSTCOUNT_FEATURES": "behavioral_pq.features",
-    "optimize": "behavioral_pq.passes",
-    "PASSES": "behavioral_pq.catalog",
-    "spectrum": "behavioral_pq.reaction",
-    "spectra": "behavioral_pq.reaction",
-    "log_relative": "behavioral_pq.reaction",
-    "ProbeSet": "behavioral_pq.probes",
-    "load_probes": "behavioral_pq.probes",
-    "Engine": "behavioral_pq.engine",
-    "embed": "behavioral_pq.encoder",
-    "embed_many": "behavioral_pq.encoder",
-    "load_encoder": "behavioral_pq.encoder",
-    "predict_best_pass": "behavioral_pq.predictors",
-    "predict_oz_benefit": "behavioral_pq.predictors",
-    "load_predictor": "behavioral_pq.predictors",
-    "recommend_pipeline": "behavioral_pq.guidance",
-    "load_library": "behavioral_pq.guidance",
+    "Module": "behavioral_pq.core.module",
+    "load_module": "behavioral_pq.core.module",
+    "autophase": "behavioral_pq.core.features",
+    "instcount": "behavioral_pq.core.features",
+    "AUTOPHASE_FEATURES": "behavioral_pq.core.features",
+    "PASSES": "behavioral_pq.core.catalog",
+    "optimize": "behavioral_pq.core.passes",
+    "Engine": "behavioral_pq.core.engine",
+    "load_probes": "behavioral_pq.embedding.probes",
+    "spectrum": "behavioral_pq.embedding.spectrum",
+    "spectra": "behavioral_pq.embedding.spectrum",
+    "embed": "behavioral_pq.embedding.encoder",
+    "embed_many": "behavioral_pq.embedding.encoder",
+    "load_encoder": "behavioral_pq.embedding.encoder",
+    "predict_best_pass": "behavioral_pq.tasks.predictors",
+    "predict_oz_benefit": "behavioral_pq.tasks.predictors",
+    "recommend_pipeline": "behavioral_pq.tasks.guidance",
     "lower": "behavioral_pq.lowering.backends",
     "BPQError": "behavioral_pq.errors",
-    "InvalidIRError": "behavioral_pq.errors",
-    "UnknownPassError": "behavioral_pq.errors",
-    "PassCrashError": "behavioral_pq.errors",
-    "PassTimeoutError": "behavioral_pq.errors",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from behavioral_pq.catalog import PASSES
-    from behavioral_pq.encoder import embed, embed_many, load_encoder
-    from behavioral_pq.engine import Engine
-    from behavioral_pq.errors import BPQError, InvalidIRError, PassCrashError, PassTimeoutError, UnknownPassError
-    from behavioral_pq.guidance import load_library, recommend_pipeline
+    from behavioral_pq.core.catalog import PASSES
+    from behavioral_pq.core.engine import Engine
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES, autophase, instcount
+    from behavioral_pq.core.module import Module, load_module
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.embedding.encoder import embed, embed_many, load_encoder
+    from behavioral_pq.embedding.probes import load_probes
+    from behavioral_pq.embedding.spectrum import spectra, spectrum
+    from behavioral_pq.errors import BPQError
     from behavioral_pq.lowering.backends import lower
-    from behavioral_pq.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
-    from behavioral_pq.module import Module, load_module
-    from behavioral_pq.passes import optimize
-    from behavioral_pq.predictors import load_predictor, predict_best_pass, predict_oz_benefit
-    from behavioral_pq.probes import ProbeSet, load_probes
-    from behavioral_pq.reaction import log_relative, spectra, spectrum
+    from behavioral_pq.tasks.guidance import recommend_pipeline
+    from behavioral_pq.tasks.predictors import predict_best_pass, predict_oz_benefit
 
 
 def __getattr__(name: str):

@@ -2,6 +2,6 @@
 
 import sys
 
-from behavioral_pq.cli import main
+from behavioral_pq.cli.main import main
 
 sys.exit(main())

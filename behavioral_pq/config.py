@@ -8,16 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Type, TypeVar, Union
 
+from behavioral_pq.errors import ConfigError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A configuration file that is missing, not TOML, or has unknown or ill-typed keys."""
 
 
 def load_toml(path: Union[str, os.PathLike]) -> Dict[str, Any]:

@@ -91,3 +91,35 @@ class LLMTimeoutError(LLMError, TimeoutError):
 
 class LLMResponseError(LLMError, ValueError):
     """An LLM endpoint answered with something that is not a chat completion (bad JSON, no choices)."""
+
+
+class PretrainError(BPQError, RuntimeError):
+    """Pretraining cannot go on: no spectra, an output folder from another configuration, a bad batch size."""
+
+
+class LibraryError(BPQError, ValueError):
+    """A program library that cannot be used: missing, corrupt, another format, or tied to another encoder."""
+
+
+class PredictorError(BPQError, ValueError):
+    """A predictor folder that cannot be used: missing, corrupt, another format, or tied to another encoder."""
+
+
+class CheckpointError(BPQError, ValueError):
+    """A checkpoint that is missing, corrupt, or made for another LLVM version, feature schema or probe set."""
+
+
+class QuantizerError(BPQError, ValueError):
+    """A quantizer file that is missing, corrupt or of another format; or data a quantizer cannot take."""
+
+
+class MalformedAnswer(BPQError, ValueError):
+    """A model answer with no assembly in it."""
+
+
+class TaskError(BPQError, ValueError):
+    """A task file or signature that cannot be used (unknown type, wrong case arity, missing source)."""
+
+
+class ConfigError(BPQError, ValueError):
+    """A configuration file that is missing, not TOML, or has unknown or ill-typed keys."""

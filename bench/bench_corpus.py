@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from behavioral_pq import _native as native
+from behavioral_pq.core import _native as native
+from behavioral_pq.core.engine import Engine
+from behavioral_pq.core.toolchain import find_tool
 from behavioral_pq.corpus import Corpus, build_corpus, discover
 from behavioral_pq.corpus.labels import LABEL_PIPELINES, NUM_PASSES, TOTAL_INSTS
-from behavioral_pq.engine import Engine
-from behavioral_pq.toolchain import find_tool
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,4 +1,4 @@
-"""Benchmark of the encoder path (issue 5): embed latency and its split between spectrum and encoder, embed_many
+"""Benchmark of the encoder path: embed latency and its split between spectrum and encoder, embed_many
 throughput with 1 and 2 workers, encoder throughput (per-module forward as embed runs it, and batched), and
 pretraining throughput on this machine's CPU (and CUDA when present).
 
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 import behavioral_pq as bpq
-from behavioral_pq.encoder import load_encoder
-from behavioral_pq.engine import Engine
-from behavioral_pq.model import PQBert, PQBertConfig, mask_codes, masked_lm_loss
+from behavioral_pq.core.engine import Engine
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.model import PQBert, PQBertConfig, mask_codes, masked_lm_loss
 
 
 def programs(directory: Path, count: int):

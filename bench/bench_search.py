@@ -28,11 +28,11 @@ from typing import List
 import numpy as np
 
 import behavioral_pq as bpq
-from behavioral_pq._native_loader import LLVM_VERSION
-from behavioral_pq.catalog import sequence_pipeline
-from behavioral_pq.engine import Engine
-from behavioral_pq.probes import PROVISIONAL_PROBES, load_probes
-from behavioral_pq.search import TOTAL_INSTS, FitnessCache, GAConfig, genetic_search
+from behavioral_pq.core._native_loader import LLVM_VERSION
+from behavioral_pq.core.catalog import sequence_pipeline
+from behavioral_pq.core.engine import Engine
+from behavioral_pq.embedding.probes import PROVISIONAL_PROBES, load_probes
+from behavioral_pq.training.genetic import TOTAL_INSTS, FitnessCache, GAConfig, genetic_search
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_STORE = Path("/work/corpora/stores/main")

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 import behavioral_pq as bpq
-from behavioral_pq import _native as native
-from behavioral_pq.engine import Engine
-from behavioral_pq.toolchain import find_tool
+from behavioral_pq.core import _native as native
+from behavioral_pq.core.engine import Engine
+from behavioral_pq.core.toolchain import find_tool
 
 HERE = Path(__file__).resolve().parent
 BUCKETS = [(0, 200), (200, 1000), (1000, 5000), (5000, 40000)]

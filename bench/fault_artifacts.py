@@ -54,7 +54,7 @@ def faults(path: Path, rng: random.Random, flips: int):
 
 
 def _embed_answer(folder: Path):
-    from behavioral_pq.encoder import load_encoder
+    from behavioral_pq.embedding.encoder import load_encoder
 
     encoder = load_encoder(folder)
     examples = sorted((REPO / "behavioral_pq" / "data" / "examples").glob("*.c"))[:3]
@@ -62,7 +62,7 @@ def _embed_answer(folder: Path):
 
 
 def _predictor_answer(folder: Path):
-    from behavioral_pq.predictors import load_predictor
+    from behavioral_pq.tasks.predictors import load_predictor
 
     predictor = load_predictor(folder)
     x = np.random.default_rng(0).normal(size=(8, predictor.encoder.dim)).astype(np.float32)
@@ -70,7 +70,7 @@ def _predictor_answer(folder: Path):
 
 
 def _library_answer(folder: Path):
-    from behavioral_pq.guidance import load_library
+    from behavioral_pq.tasks.guidance import load_library
 
     library = load_library(folder)
     return np.concatenate([library.embeddings.ravel(), library.mean.ravel(), library.scale.ravel()]), \
@@ -78,13 +78,13 @@ def _library_answer(folder: Path):
 
 
 def _probes_answer(path: Path):
-    from behavioral_pq.probes import load_probes
+    from behavioral_pq.embedding.probes import load_probes
 
     return load_probes(path).pipelines()
 
 
 def _quantizer_answer(path: Path):
-    from behavioral_pq.quantizer import Quantizer
+    from behavioral_pq.embedding.quantizer import Quantizer
 
     q = Quantizer.load(path)
     rows = np.random.default_rng(0).normal(size=(64, q.dim)).astype(np.float32)

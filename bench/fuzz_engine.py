@@ -150,8 +150,8 @@ def mutate_bitcode(data: bytes, rng: random.Random, edits: int) -> bytes:
 
 def generate(spec: dict, work: Path, seeds: Sequence[Path]):
     """(source bytes or path, name) for an item; raises ToolError/ToolTimeoutError when generation fails."""
+    from behavioral_pq.core.toolchain import find_tool, run_tool
     from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
-    from behavioral_pq.toolchain import find_tool, run_tool
 
     rng = random.Random(spec["rng"])
     if spec["kind"] == "csmith":
@@ -173,14 +173,14 @@ def generate(spec: dict, work: Path, seeds: Sequence[Path]):
 
 
 def random_catalog_pipeline(rng: random.Random) -> str:
-    from behavioral_pq.catalog import PASSES, sequence_pipeline
+    from behavioral_pq.core.catalog import PASSES, sequence_pipeline
 
     return sequence_pipeline([rng.randrange(len(PASSES)) for _ in range(rng.randint(1, 50))])
 
 
 def random_raw_pipeline(rng: random.Random, depth: int = 0) -> str:
     """A random new-PM pipeline string: catalog pass pipelines, adaptors, parameters and plain garbage."""
-    from behavioral_pq.catalog import PASSES
+    from behavioral_pq.core.catalog import PASSES
 
     parts = []
     for _ in range(rng.randint(1, 4)):
@@ -210,7 +210,7 @@ def _kind(exc: BaseException) -> str:
 
 def _upstream(bitcode: bytes, pipeline: Optional[str], timeout: float) -> dict:
     """How opt-19 fares on the same module and pipeline: crash (with the pass it names), timeout or ok."""
-    from behavioral_pq.toolchain import find_tool
+    from behavioral_pq.core.toolchain import find_tool
 
     if not pipeline:
         return {"opt": "not run (no pipeline: parsing or features)"}
@@ -251,10 +251,10 @@ def run_batch(specs: Sequence[dict], out: Path, workers: int, timeout: float) ->
     import numpy as np
 
     from behavioral_pq import autophase, instcount, load_module
+    from behavioral_pq.core.engine import Engine, check_pipeline
     from behavioral_pq.corpus.labels import LABEL_PIPELINES, TOTAL_INSTS, label_row
-    from behavioral_pq.engine import Engine, check_pipeline
+    from behavioral_pq.embedding.spectrum import spectra
     from behavioral_pq.errors import BPQError
-    from behavioral_pq.reaction import spectra
 
     seeds = seed_ir(out / "seed-ir")
     records: Dict[int, dict] = {}
@@ -482,7 +482,7 @@ def write_report(out: Path) -> dict:
 
 def replay(case: Path) -> int:
     """Re-run a kept case in a protected engine and show the equivalent opt-19 command."""
-    from behavioral_pq.engine import Engine
+    from behavioral_pq.core.engine import Engine
     from behavioral_pq.errors import BPQError
 
     info = json.loads((case / "case.json").read_text())

@@ -1,5 +1,5 @@
 """Masked-code accuracy of a pretraining run against the frequency baseline and a context-free run, and mean vs
-[CLS] pooling (see behavioral_pq.pretrain_report).
+[CLS] pooling (see behavioral_pq.reports.pretraining).
 
     python pretrain/report.py RUN [--context-free RUN_CF] [--store STORE] --out pretrain/results
 """
@@ -7,7 +7,7 @@
 import argparse
 from pathlib import Path
 
-from behavioral_pq.pretrain_report import mlm_report, write_report
+from behavioral_pq.reports.pretraining import mlm_report, write_report
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("run")

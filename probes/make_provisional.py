@@ -9,7 +9,7 @@ was not searched and carries ``"provisional": true``.
 import argparse
 from pathlib import Path
 
-from behavioral_pq.probes import random_probes
+from behavioral_pq.embedding.probes import random_probes
 
 PACKAGE_PROBES = Path(__file__).resolve().parent.parent / "behavioral_pq" / "data" / "probes"
 

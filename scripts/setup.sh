@@ -25,4 +25,4 @@ fi
 # torch first, pinned: an unpinned torch would pull several GB of CUDA packages.
 "$VENV/bin/python" -c "import torch" 2>/dev/null || "$VENV/bin/pip" install -q "torch==2.13.0"
 "$VENV/bin/pip" install -q -e ".[test]"
-echo "== behavioral_pq installed in $VENV ($("$VENV/bin/python" -c 'import behavioral_pq._native as n; print("LLVM", n.LLVM_VERSION)'))"
+echo "== behavioral_pq installed in $VENV ($("$VENV/bin/python" -c 'import behavioral_pq.core._native as n; print("LLVM", n.LLVM_VERSION)'))"

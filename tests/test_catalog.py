@@ -4,12 +4,12 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import EXAMPLES
 
 import behavioral_pq as bpq
-from behavioral_pq.catalog import get_pass, resolve_pipeline
+from behavioral_pq.core.catalog import get_pass, resolve_pipeline
+from behavioral_pq.core.toolchain import find_tool
 from behavioral_pq.errors import UnknownPassError
-from behavioral_pq.toolchain import find_tool
-from conftest import EXAMPLES
 
 
 def test_catalog_has_compilergym_order():

@@ -6,12 +6,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import DATA, EXAMPLES
 
 
 def bpq(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "behavioral_pq.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "behavioral_pq.cli.main", *map(str, args)], capture_output=True,
                           text=True, timeout=300, cwd=cwd)
 
 

@@ -14,17 +14,24 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import DATA, EXAMPLES
 
 import behavioral_pq as bpq
-from behavioral_pq.catalog import PASSES, get_pass
-from behavioral_pq.corpus import (Corpus, CorpusStore, build_corpus, compute_spectra, discover,
-                                  from_compile_commands, label_corpus, split_corpus)
+from behavioral_pq.core.catalog import PASSES, get_pass
+from behavioral_pq.core.toolchain import find_tool
+from behavioral_pq.corpus import (
+    Corpus,
+    CorpusStore,
+    build_corpus,
+    compute_spectra,
+    discover,
+    from_compile_commands,
+    label_corpus,
+    split_corpus,
+)
 from behavioral_pq.corpus.build import JobOptions, spectra_task
+from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.errors import CorpusError, PassCrashError
-from behavioral_pq.probes import random_probes
-from behavioral_pq.toolchain import find_tool
-
-from conftest import DATA, EXAMPLES
 
 
 def tiny_programs(directory: Path, count: int) -> Path:
@@ -271,7 +278,7 @@ def test_dask_local_cluster_equals_local_run(tmp_path):
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         build_corpus(discover([programs], origin="t"), tmp_path / "dask", executor=client.get_executor(pure=False),
                      chunk_size=2)
-        from behavioral_pq.cli import main
+        from behavioral_pq.cli.main import main
         assert main(["corpus", "build", str(programs), "--out", str(tmp_path / "cli"), "--origin", "t",
                      "--dask", cluster.scheduler_address, "-q"]) == 0
 
@@ -380,7 +387,7 @@ def test_writing_to_a_store_of_another_llvm_version_is_refused(tmp_path):
 
 
 def bpq_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "behavioral_pq.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "behavioral_pq.cli.main", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, timeout=300)
 
 

@@ -6,22 +6,36 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import EXAMPLES
 
 import behavioral_pq as bpq
-from behavioral_pq.catalog import get_pass
+from behavioral_pq.core.catalog import get_pass
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_corpus
-from behavioral_pq.datasets import module_items, state_items
-from behavioral_pq.downstream import (BestPassClassifier, OzBenefitRegressor, PriorClassifier, PriorRegressor,
-                                      TrainSettings, knn_top1, top_k_accuracy)
-from behavioral_pq.encoder import load_encoder
-from behavioral_pq.evaluation import EvaluationConfig, evaluate
-from behavioral_pq.predictors import PassScore, PredictorError, load_predictor, train_predictor
-from behavioral_pq.pretraining import PretrainConfig, TrainingConfig, pretrain
-from behavioral_pq.probes import random_probes
-from behavioral_pq.states import (NO_PASS, build_states, draw_prefixes, next_pass_labels, read_states, replay,
-                                  state_spectra)
-
-from conftest import EXAMPLES
+from behavioral_pq.corpus.states import (
+    NO_PASS,
+    build_states,
+    draw_prefixes,
+    next_pass_labels,
+    read_states,
+    replay,
+    state_spectra,
+)
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.probes import random_probes
+from behavioral_pq.errors import PredictorError
+from behavioral_pq.reports.downstream import EvaluationConfig, evaluate
+from behavioral_pq.tasks.datasets import module_items, state_items
+from behavioral_pq.tasks.estimators import (
+    BestPassClassifier,
+    OzBenefitRegressor,
+    PriorClassifier,
+    PriorRegressor,
+    TrainSettings,
+    knn_top1,
+    top_k_accuracy,
+)
+from behavioral_pq.tasks.predictors import PassScore, load_predictor, train_predictor
+from behavioral_pq.training.pretraining import PretrainConfig, TrainingConfig, pretrain
 
 FAST = TrainSettings(max_epochs=40, patience=10)
 

@@ -13,20 +13,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import EXAMPLES, ROOT
 
 import behavioral_pq as bpq
-from behavioral_pq.checkpoint import CheckpointError, load_checkpoint, save_encoder
-from behavioral_pq.config import ConfigError
+from behavioral_pq.artifacts import sha256_file
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover
-from behavioral_pq.corpus.store import sha256_file
-from behavioral_pq.encoder import load_encoder
-from behavioral_pq.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
-from behavioral_pq.pretraining import (CodeStream, PretrainConfig, TrainingConfig, global_mask, learning_rate,
-                                       pretrain, train)
-from behavioral_pq.probes import random_probes
-from behavioral_pq.quantizer import Quantizer, QuantizerError
-
-from conftest import EXAMPLES, ROOT
+from behavioral_pq.embedding.checkpoint import load_checkpoint, save_encoder
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
+from behavioral_pq.embedding.probes import random_probes
+from behavioral_pq.embedding.quantizer import Quantizer
+from behavioral_pq.errors import CheckpointError, ConfigError, InvalidIRError, QuantizerError
+from behavioral_pq.training.pretraining import (
+    CodeStream,
+    PretrainConfig,
+    TrainingConfig,
+    global_mask,
+    learning_rate,
+    pretrain,
+    train,
+)
 
 # -- quantizer -------------------------------------------------------------------------------------------------
 
@@ -65,7 +71,7 @@ def test_quantizer_refuses_tiny_data_and_warns_on_little(caplog):
         Quantizer().fit(rows)
     with pytest.raises(QuantizerError, match="NaN"):
         Quantizer().fit(np.full((1000, 56), np.nan, np.float32))
-    with caplog.at_level(logging.WARNING, logger="behavioral_pq.quantizer"):
+    with caplog.at_level(logging.WARNING, logger="behavioral_pq.embedding.quantizer"):
         Quantizer().fit(np.random.default_rng(0).normal(size=(2000, 56)).astype(np.float32))
     assert "per centroid" in caplog.text
     with pytest.raises(QuantizerError, match="not fitted"):
@@ -273,7 +279,7 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(
         "import json, sys\n"
-        "from behavioral_pq.pretraining import PretrainConfig, train\n"
+        "from behavioral_pq.training.pretraining import PretrainConfig, train\n"
         "config = PretrainConfig.from_dict(json.load(open(sys.argv[1])))\n"
         "train(sys.argv[2], config, device='cpu')\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -325,7 +331,7 @@ def corrupt_copies(path: Path, tmp_path: Path):
 
     def edit_config(folder, change, reseal=True):
         """Change config.json; resealed, it stands for a genuine checkpoint made another way."""
-        from behavioral_pq.checkpoint import seal
+        from behavioral_pq.artifacts import seal
 
         config = json.loads((folder / "config.json").read_text())
         change(config)
@@ -393,12 +399,14 @@ def test_embed_many_keeps_going_past_a_bad_module(tiny_checkpoint, tmp_path):
     bad = tmp_path / "bad.ll"
     bad.write_text("not IR\n")
     good = sorted(EXAMPLES.glob("*.c"))[:2]
-    errors = []
-    out = encoder.embed_many([good[0], bad, tmp_path / "missing.ll", good[1]], errors=errors)
+    batch = encoder.embed_batch([good[0], bad, tmp_path / "missing.ll", good[1]])
+    out, errors = batch.embeddings, batch.errors
+    assert batch.ok.tolist() == [True, False, False, True]
+    assert np.array_equal(encoder.embed_many([good[0], bad]), out[:2], equal_nan=True)
     assert out.shape == (4, 64)
     assert np.isnan(out[1]).all() and np.isnan(out[2]).all()
     assert np.array_equal(out[0], encoder.embed(good[0])) and np.array_equal(out[3], encoder.embed(good[1]))
-    assert errors[0] is None and isinstance(errors[1], bpq.InvalidIRError) and errors[2] is not None
+    assert errors[0] is None and isinstance(errors[1], InvalidIRError) and errors[2] is not None
 
 
 # -- the whole path on a real (small) store --------------------------------------------------------------------
@@ -426,7 +434,7 @@ def test_prepare_and_pretrain_from_a_corpus_store(tmp_path):
     vector = encoder.embed(module)
     assert vector.shape == (64,) and np.isfinite(vector).all()
     # the codes the run trained on are the encoder's own codes of the stored spectra
-    from behavioral_pq.pretraining import read_codes
+    from behavioral_pq.training.pretraining import read_codes
     stored = read_codes(tmp_path / "run" / "codes" / "train.parquet")
     assert stored.shape[1:] == (16, 8)
     assert np.array_equal(encoder.codes(bpq.spectrum(module, probe_set)[None])[0],

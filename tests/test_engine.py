@@ -4,11 +4,12 @@ import os
 
 import numpy as np
 import pytest
+from conftest import DATA, EXAMPLES
 
 import behavioral_pq as bpq
-from behavioral_pq.engine import Engine
+from behavioral_pq.core.engine import Engine
+from behavioral_pq.embedding.probes import ProbeSet
 from behavioral_pq.errors import PassCrashError, PassTimeoutError, PipelineError
-from conftest import DATA, EXAMPLES
 
 # LICM in a loop pass manager without MemorySSA: LLVM 19 calls report_fatal_error ("LICM requires MemorySSA")
 # as soon as it meets a loop, which exits the process. Modules without loops are unaffected.
@@ -72,7 +73,7 @@ def test_batch_with_crash_and_hang_completes_the_rest(tmp_path, workers, threads
 
 
 def test_spectra_reports_failures_and_keeps_the_rest(examples):
-    probes = bpq.ProbeSet("crashy", (("-sroa",), ("-mem2reg", "-loop-rotate")))
+    probes = ProbeSet("crashy", (("-sroa",), ("-mem2reg", "-loop-rotate")))
     good = bpq.load_module(DATA / "autophase" / "switch_dup.ll")
     with Engine(workers=2) as engine:
         batch = bpq.spectra([good, examples["sum_array"]], probes, engine=engine)

@@ -6,20 +6,26 @@ import sys
 
 import numpy as np
 import pytest
-
-from behavioral_pq.checkpoint import seal
-
-import behavioral_pq as bpq
-from behavioral_pq.corpus import build_corpus, discover, split_corpus
-from behavioral_pq.corpus.reader import Corpus
-from behavioral_pq.encoder import load_encoder
-from behavioral_pq.guidance import (OZ, LibraryError, LibraryProgram, ProgramLibrary, build_library,
-                                    greedy_search, load_library, random_search, recommend_pipeline)
-from behavioral_pq.guidance_report import METHODS, evaluate_guidance
-from behavioral_pq.predictors import encoder_identity
-
 from conftest import EXAMPLES
 from test_downstream import varied_programs
+
+import behavioral_pq as bpq
+from behavioral_pq.artifacts import encoder_identity, seal
+from behavioral_pq.corpus import build_corpus, discover, split_corpus
+from behavioral_pq.corpus.reader import Corpus
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.errors import LibraryError
+from behavioral_pq.reports.guidance import METHODS, evaluate_guidance
+from behavioral_pq.tasks.guidance import (
+    OZ,
+    LibraryProgram,
+    ProgramLibrary,
+    build_library,
+    greedy_search,
+    load_library,
+    random_search,
+    recommend_pipeline,
+)
 
 TINY_GA = dict(length=8, population=6, generations=2)
 
@@ -225,4 +231,4 @@ def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_wo
 def test_shipped_library_recommends_for_an_example():
     found = bpq.recommend_pipeline(EXAMPLES / "list_sort.c", budget=3)
     assert found.compilations == 3 and found.instruction_count <= found.oz_count
-    assert len(bpq.load_library()) >= 1000
+    assert len(load_library()) >= 1000

@@ -7,23 +7,29 @@ import subprocess
 import sys
 
 import pytest
+from conftest import EXAMPLES
 
-from behavioral_pq.errors import LLMError, LLMResponseError, LLMTimeoutError, LoweringError
-from behavioral_pq.lowering import evaluation as ev
+from behavioral_pq.core.module import load_module
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.toolchain import llc_assembly
+from behavioral_pq.errors import LLMError, LLMResponseError, LLMTimeoutError, LoweringError, MalformedAnswer, TaskError
 from behavioral_pq.lowering import load_tasks, lower, split_tasks
 from behavioral_pq.lowering.backends import LlcBackend, LLMBackend
-from behavioral_pq.lowering.harness import (ProgramHarness, SymbolHarness, TaskHarness, Timing, compare_outputs,
-                                            is_faster, static_cost)
+from behavioral_pq.lowering.harness import (
+    ProgramHarness,
+    SymbolHarness,
+    TaskHarness,
+    Timing,
+    compare_outputs,
+    is_faster,
+    static_cost,
+)
 from behavioral_pq.lowering.llm import ChatClient, LLMSettings, load_llm_settings, user
 from behavioral_pq.lowering.prompts import Prompt, load_prompt, refine_prompt
-from behavioral_pq.lowering.repair import MalformedAnswer, extract_assembly, llm_lower
+from behavioral_pq.lowering.repair import extract_assembly, llm_lower
 from behavioral_pq.lowering.scripted import Reply, ScriptedServer
-from behavioral_pq.lowering.tasks import Signature, TaskError
-from behavioral_pq.module import load_module
-from behavioral_pq.passes import optimize
-from behavioral_pq.toolchain import llc_assembly
-
-from conftest import EXAMPLES
+from behavioral_pq.lowering.tasks import Signature
+from behavioral_pq.reports import lowering as ev
 
 # Hand-written System V x86-64 assembly for `int32_t saturating_add(int32_t a, int32_t b)`.
 HEADER = "\t.text\n\t.globl\tsaturating_add\n\t.type\tsaturating_add,@function\nsaturating_add:\n"

@@ -1,10 +1,10 @@
 """Loading modules: formats, preparation, errors."""
 
 import pytest
+from conftest import DATA, EXAMPLES
 
 import behavioral_pq as bpq
 from behavioral_pq.errors import CompileError, InvalidIRError
-from conftest import DATA, EXAMPLES
 
 
 def test_c_text_and_bitcode_give_the_same_module(tmp_path, examples):

@@ -6,17 +6,24 @@ import sys
 
 import numpy as np
 import pytest
+from test_corpus import tiny_programs
 
 import behavioral_pq as bpq
-from behavioral_pq.catalog import BASELINES, PASSES, get_pass
+from behavioral_pq.core.catalog import BASELINES, PASSES, get_pass
 from behavioral_pq.corpus import Corpus, build_corpus, discover
+from behavioral_pq.embedding.probes import ProbeSet, load_probes, random_probes
 from behavioral_pq.errors import BPQError
-from behavioral_pq.probe_search import (STATE_FILE, SearchConfig, choose_samples, cluster_autophase,
-                                        is_deterministic, probe_report, search_probes, write_report)
-from behavioral_pq.probes import ProbeSet, load_probes, random_probes
-from behavioral_pq.search import TOTAL_INSTS, GAConfig
-
-from test_corpus import tiny_programs
+from behavioral_pq.training.genetic import TOTAL_INSTS, GAConfig
+from behavioral_pq.training.probe_search import (
+    STATE_FILE,
+    SearchConfig,
+    choose_samples,
+    cluster_autophase,
+    is_deterministic,
+    probe_report,
+    search_probes,
+    write_report,
+)
 
 TINY = SearchConfig(num_probes=2, sample=3, holdout=2, checkpoint=2,
                     ga=GAConfig(length=6, population=6, generations=2, seed=3), seed=1)
@@ -81,7 +88,7 @@ def test_search_writes_state_resumes_and_refuses_another_config(tiny_store, tmp_
     def no_search(*args, **kwargs):
         raise AssertionError("searched again")
 
-    monkeypatch.setattr("behavioral_pq.probe_search.search_cluster", no_search)
+    monkeypatch.setattr("behavioral_pq.training.probe_search.search_cluster", no_search)
     again, _ = search_probes(tiny_store, shas, tmp_path, TINY, engine=engine, progress=False)
     assert again == probes
     monkeypatch.undo()
@@ -141,7 +148,7 @@ def test_nondeterminism_is_detected(examples, engine):
 
 def test_cli_probes_search_and_show(tiny_store, tmp_path):
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "behavioral_pq.cli", "probes", "search", str(tiny_store.path), "--out", str(out),
+    args = [sys.executable, "-m", "behavioral_pq.cli.main", "probes", "search", str(tiny_store.path), "--out", str(out),
             "-P", "2", "-L", "5", "--population", "4", "--generations", "1", "--sample", "2", "--holdout", "1",
             "--report-sample", "4", "--workers", "1", "--name", "tiny-set"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -149,9 +156,9 @@ def test_cli_probes_search_and_show(tiny_store, tmp_path):
     assert "tiny-set: 2 probes of 5 passes" in done.stdout
     for name in ("tiny-set.json", "report.json", "REPORT.md", "report.png", STATE_FILE):
         assert (out / name).exists(), name
-    shown = subprocess.run([sys.executable, "-m", "behavioral_pq.cli", "probes", "show", str(out / "tiny-set.json"),
+    shown = subprocess.run([sys.executable, "-m", "behavioral_pq.cli.main", "probes", "show", str(out / "tiny-set.json"),
                             "--json"], capture_output=True, text=True, timeout=60)
     assert ProbeSet.from_dict(json.loads(shown.stdout)) == load_probes(out / "tiny-set.json")
-    bad = subprocess.run([sys.executable, "-m", "behavioral_pq.cli", "probes", "show", str(tmp_path / "none.json")],
+    bad = subprocess.run([sys.executable, "-m", "behavioral_pq.cli.main", "probes", "show", str(tmp_path / "none.json")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cannot read probe set" in bad.stderr

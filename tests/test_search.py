@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import behavioral_pq as bpq
-from behavioral_pq.catalog import sequence_pipeline
-from behavioral_pq.features import AUTOPHASE_FEATURES
-from behavioral_pq.search import TOTAL_INSTS, FitnessCache, GAConfig, PrefixTree, genetic_search
+from behavioral_pq.core.catalog import sequence_pipeline
+from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.training.genetic import TOTAL_INSTS, FitnessCache, GAConfig, PrefixTree, genetic_search
 
 
 def test_total_insts_index():
@@ -111,9 +111,9 @@ def test_prefix_tree_layout():
 
 
 def test_tree_contains_a_crash_to_its_subtree(examples):
-    from behavioral_pq.errors import PassCrashError
-
     from test_engine import ABORTING
+
+    from behavioral_pq.errors import PassCrashError
 
     looping = examples["sum_array"]
     parents = [-1, 0, 0, 1, -2]

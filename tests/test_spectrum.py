@@ -6,21 +6,22 @@ import numpy as np
 import pytest
 
 import behavioral_pq as bpq
-from behavioral_pq.engine import Engine
+from behavioral_pq.core.engine import Engine
+from behavioral_pq.embedding.probes import random_probes
+from behavioral_pq.embedding.spectrum import log_relative
 from behavioral_pq.errors import ProbeSetError
-from behavioral_pq.probes import random_probes
 
 
 def test_log_relative_formula_and_clamp():
     original = np.array([0, 1, 10, 5], dtype=np.int64)
     optimized = np.array([[0, 0, 10, -3], [3, 1, 0, 5]], dtype=np.int64)
-    d = bpq.log_relative(original, optimized)
+    d = log_relative(original, optimized)
     assert d.dtype == np.float32 and d.shape == (2, 4)
     expected = np.array([[0.0, -np.log(2), 0.0, -np.log(6)],  # negative counts clamp to 0
                          [np.log(4), 0.0, -np.log(11), 0.0]])
     np.testing.assert_allclose(d, expected, rtol=1e-6)
     with pytest.raises(ValueError, match="feature dimensions"):
-        bpq.log_relative(np.zeros(56), np.zeros((3, 55)))
+        log_relative(np.zeros(56), np.zeros((3, 55)))
 
 
 def test_spectrum_shape_and_consistency_with_optimize(examples):
@@ -32,7 +33,7 @@ def test_spectrum_shape_and_consistency_with_optimize(examples):
     original = bpq.autophase(module)
     for i in (0, 17, 99):  # a row equals optimize-then-autophase, computed by a separate path
         after = bpq.autophase(bpq.optimize(module, list(probes.sequences[i])))
-        np.testing.assert_array_equal(s[i], bpq.log_relative(original, after[None])[0])
+        np.testing.assert_array_equal(s[i], log_relative(original, after[None])[0])
 
 
 def test_spectra_deterministic_across_runs_and_worker_counts(examples):
@@ -79,7 +80,7 @@ def test_default_probe_set_is_the_searched_one_and_stable():
 
 
 def test_provisional_probe_set_still_ships_and_is_stable():
-    from behavioral_pq.probes import PROVISIONAL_PROBES, shipped_probe_sets
+    from behavioral_pq.embedding.probes import PROVISIONAL_PROBES, shipped_probe_sets
 
     assert set(shipped_probe_sets()) == {"searched-p100-l50-s0", PROVISIONAL_PROBES}
     probes = bpq.load_probes(PROVISIONAL_PROBES)

@@ -11,8 +11,14 @@ Storage layout, resumability and concurrency: :mod:`behavioral_pq.corpus.store`;
 :mod:`behavioral_pq.corpus.build`.
 """
 
-from behavioral_pq.corpus.build import (JobSummary, build_corpus, compute_spectra, dask_executor, label_corpus,
-                                        local_executor)
+from behavioral_pq.corpus.build import (
+    JobSummary,
+    build_corpus,
+    compute_spectra,
+    dask_executor,
+    label_corpus,
+    local_executor,
+)
 from behavioral_pq.corpus.inputs import InputItem, discover, from_compile_commands
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.split import split_corpus

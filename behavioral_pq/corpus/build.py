@@ -24,9 +24,12 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import pyarrow as pa
 
+from behavioral_pq.core._native_loader import native
+from behavioral_pq.core.engine import Engine, default_workers
 from behavioral_pq.corpus.inputs import InputItem, load_bitcode
 from behavioral_pq.corpus.labels import LABEL_PIPELINES, label_row
 from behavioral_pq.corpus.store import SCHEMAS, CorpusStore
+from behavioral_pq.embedding.probes import load_probes
 from behavioral_pq.errors import BPQError
 
 logger = logging.getLogger(__name__)
@@ -41,8 +44,6 @@ DEFAULT_FLUSH_SECONDS = 60.0 # ... or after this long, so a kill loses at most a
 def local_executor(workers: Optional[int] = None) -> ProcessPoolExecutor:
     """The default executor: ``workers`` (default: the CPUs available) spawned local processes."""
     import multiprocessing
-
-    from behavioral_pq.engine import default_workers
 
     return ProcessPoolExecutor(max_workers=max(1, workers or default_workers()),
                                mp_context=multiprocessing.get_context("spawn"),
@@ -94,7 +95,6 @@ _task_state: Dict[str, object] = {}
 
 def _task_engine(timeout: float):
     """The engine of this executor process: one protected worker, created on first use."""
-    from behavioral_pq.engine import Engine
 
     engine = _task_state.get("engine")
     if engine is None or engine.timeout != timeout:
@@ -129,7 +129,6 @@ def _input_row(item: InputItem, **fields) -> dict:
 
 def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions) -> dict:
     """Compile, prepare, featurize and (optionally) label a chunk of input items. Returns rows per table."""
-    from behavioral_pq._native_loader import native
 
     engine = _task_engine(options.timeout)
     known_modules = _known(store_path, "modules")
@@ -459,7 +458,6 @@ def compute_spectra(store: os.PathLike, probes=None, *, executor: Optional[Execu
         probes: a ProbeSet, a path, or None for the package default.
         only: restrict to these module hashes (e.g. one split).
     """
-    from behavioral_pq.probes import load_probes
 
     start = time.perf_counter()
     probe_set = load_probes(probes)

@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 from typing import List
 
+from behavioral_pq.core.toolchain import run_tool
 from behavioral_pq.errors import ToolError, ToolNotFoundError, ToolTimeoutError
-from behavioral_pq.toolchain import run_tool
 
 #: Where Debian's libcsmith-dev puts csmith.h.
 CSMITH_INCLUDE = "/usr/include/csmith"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, find_tool, run_tool
 from behavioral_pq.errors import CompileError, ToolError
-from behavioral_pq.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, find_tool, run_tool
 
 IR_SUFFIXES = (".ll", ".bc")
 SOURCE_SUFFIXES = tuple(C_SUFFIXES) + tuple(CXX_SUFFIXES) + IR_SUFFIXES

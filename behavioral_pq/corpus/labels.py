@@ -15,9 +15,9 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from behavioral_pq.catalog import BASELINES, PASSES
+from behavioral_pq.core.catalog import BASELINES, PASSES
+from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.errors import BPQError
-from behavioral_pq.features import AUTOPHASE_FEATURES
 
 #: The 124 catalog passes in index order, then -Oz, then -O3.
 LABEL_PIPELINES: Tuple[str, ...] = tuple(p.pipeline for p in PASSES) + (BASELINES["Oz"], BASELINES["O3"])

@@ -10,7 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.module import Module
 from behavioral_pq.corpus.store import CorpusStore
+from behavioral_pq.embedding.probes import load_probes
+from behavioral_pq.embedding.spectrum import REACTIONS, log_relative
 from behavioral_pq.errors import CorpusError
 
 
@@ -69,7 +73,6 @@ class Corpus:
 
     def iter_modules(self, batch_size: int = 256, only: Optional[set] = None) -> Iterator["Module"]:
         """Stream the stored modules as :class:`~behavioral_pq.Module` objects (memory: one batch)."""
-        from behavioral_pq.module import Module
 
         for batch in self.store.iter_batches("modules", ["sha256", "bitcode"], batch_size=batch_size):
             for sha, bitcode in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
@@ -87,8 +90,6 @@ class Corpus:
         Raises:
             CorpusError: no spectra stored for that probe set (run ``bpq corpus spectra`` first).
         """
-        from behavioral_pq.probes import load_probes
-        from behavioral_pq.reaction import REACTIONS, log_relative
 
         if reaction not in REACTIONS:
             raise ValueError(f"reaction must be one of {REACTIONS}, got {reaction!r}")
@@ -123,7 +124,6 @@ class Corpus:
         Raises:
             CorpusError: no spectra stored for that probe set (run ``bpq corpus spectra`` first).
         """
-        from behavioral_pq.probes import load_probes
 
         probe_set = load_probes(probes)
         found: Dict[str, np.ndarray] = {}
@@ -158,7 +158,6 @@ class Corpus:
 
     def info(self, *, verify: bool = False) -> dict:
         """Counts, size distribution, label distribution, failures, splits and spectra of the store."""
-        from behavioral_pq.catalog import PASSES
 
         manifest = self.store.refresh()
         inputs = self.store.read("inputs", ["status", "stage", "error_kind", "origin", "sha256"])

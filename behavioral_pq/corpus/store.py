@@ -32,8 +32,8 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from behavioral_pq._native_loader import LLVM_MAJOR, LLVM_VERSION
-from behavioral_pq.catalog import CATALOG_VERSION
+from behavioral_pq.core._native_loader import LLVM_MAJOR, LLVM_VERSION
+from behavioral_pq.core.catalog import CATALOG_VERSION
 from behavioral_pq.errors import CorpusError
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ Layers, each importing only the ones above it in this list:
 * :mod:`~behavioral_pq.lowering.prompts`: versioned prompts and their refinement from repair traces;
 * :mod:`~behavioral_pq.lowering.repair`: the verify-and-repair loop and the optimization phase;
 * :mod:`~behavioral_pq.lowering.backends`: ``lower(module, backend=...)``;
-* :mod:`~behavioral_pq.lowering.evaluation`: ACC / ACC+Perf over a task set, and the report;
+* :mod:`~behavioral_pq.reports.lowering`: ACC / ACC+Perf over a task set, and the report;
 * :mod:`~behavioral_pq.lowering.scripted`: a loopback chat-completions server answering from a script.
 
 Example::

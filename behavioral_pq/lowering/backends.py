@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple, Union
 
+from behavioral_pq.core.toolchain import llc_assembly
 from behavioral_pq.errors import LoweringError
 from behavioral_pq.lowering.harness import Harness, Verdict, harness_for
 from behavioral_pq.lowering.llm import ChatClient, LLMSettings, load_llm_settings
 from behavioral_pq.lowering.prompts import Prompt, load_prompt
 from behavioral_pq.lowering.repair import Attempt, LLMResult, llm_lower
 from behavioral_pq.lowering.tasks import Task
-from behavioral_pq.toolchain import llc_assembly
 
 BACKENDS = ("llc", "llm")
 

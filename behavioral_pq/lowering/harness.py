@@ -30,9 +30,9 @@ import weakref
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from behavioral_pq.core.toolchain import find_tool, llc_assembly, run_tool
 from behavioral_pq.errors import ToolError, ToolTimeoutError
 from behavioral_pq.lowering.tasks import Task
-from behavioral_pq.toolchain import find_tool, llc_assembly, run_tool
 
 #: Failure stages, in the order a candidate meets them.
 STAGES = ("assemble", "link", "crash", "timeout", "wrong-output")

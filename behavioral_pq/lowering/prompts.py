@@ -4,7 +4,7 @@ A :class:`Prompt` is fixed instructions plus a list of *lessons*. :func:`refine_
 were then repaired, asks the model for general lessons, filters them (length, duplicates, names of the programs
 they came from), asks the model to review the survivors (KEEP / DROP each), and merges the kept ones into a new
 version whose ``parent`` is the old prompt's digest. Judge a prompt on held-out tasks with
-:func:`behavioral_pq.lowering.evaluation.evaluate_backend`.
+:func:`behavioral_pq.reports.lowering.evaluate_backend`.
 """
 
 from __future__ import annotations

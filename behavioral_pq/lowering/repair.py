@@ -16,7 +16,7 @@ import re
 import time
 from typing import List, Optional, Tuple
 
-from behavioral_pq.errors import LLMError, LLMResponseError, ToolError
+from behavioral_pq.errors import LLMError, LLMResponseError, MalformedAnswer, ToolError
 from behavioral_pq.lowering.harness import Harness, Timing, Verdict, is_faster, static_cost
 from behavioral_pq.lowering.llm import ChatClient, Messages, assistant, system, user
 from behavioral_pq.lowering.prompts import OPTIMIZE_INSTRUCTIONS, REPAIR_INSTRUCTIONS, Prompt
@@ -25,10 +25,6 @@ logger = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.S)
 _ASM_TAGS = {"", "asm", "s", "gas", "x86", "x86asm", "x86_64", "assembly", "nasm", "att"}
-
-
-class MalformedAnswer(ValueError):
-    """A model answer with no assembly in it."""
 
 
 def extract_assembly(content: str) -> str:

@@ -22,6 +22,11 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from behavioral_pq.core.module import Module, load_module
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.toolchain import opt_bitcode
+from behavioral_pq.errors import TaskError
+
 TASK_DIR = Path(__file__).resolve().parent.parent / "data" / "lowering"
 TASK_SETS = ("functions", "kernels")
 
@@ -34,10 +39,6 @@ SCALAR_TYPES = {
 }
 
 _SIGNATURE = re.compile(r"^\s*(?P<ret>[A-Za-z_][\w ]*?)\s*(?P<name>[A-Za-z_]\w*)\s*\((?P<params>.*)\)\s*$")
-
-
-class TaskError(ValueError):
-    """A task file or signature that cannot be used (unknown type, wrong case arity, missing source)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,16 +119,13 @@ class Task:
         """The task's IR as the package builds it (clang-19, no LLVM passes), optimized by ``pipeline`` if given:
         anything :func:`behavioral_pq.optimize` takes, or ``"opt:O3"`` (any level) for ``opt-19`` with the
         target machine."""
-        from behavioral_pq.module import Module, load_module
 
         module = load_module(self.source)
         if pipeline is None:
             return module
         if isinstance(pipeline, str) and pipeline.startswith("opt:"):
-            from behavioral_pq.toolchain import opt_bitcode
 
             return Module(opt_bitcode(module.bitcode, pipeline[4:]), name=module.name, source=module.source)
-        from behavioral_pq.passes import optimize
 
         return optimize(module, pipeline)
 

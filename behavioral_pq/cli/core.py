@@ -1,0 +1,213 @@
+"""``bpq passes``, ``features``, ``spectrum``, ``optimize`` and ``demo``: one module at a time."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from behavioral_pq.cli.common import PASSES_EPILOG, parse_passes, print_json
+from behavioral_pq.cli.guidance import run_auto
+
+
+def cmd_passes(args) -> int:
+    from behavioral_pq.core.catalog import CATALOG_VERSION, PASSES
+
+    if args.json:
+        print_json({"catalog": CATALOG_VERSION, "passes": [
+            {"index": p.index, "flag": p.flag, "level": p.level, "pipeline": p.pipeline, "kind": p.kind}
+            for p in PASSES]})
+        return 0
+    print(f"{len(PASSES)} passes (catalog {CATALOG_VERSION}); index, CompilerGym flag, LLVM 19 pipeline element")
+    for p in PASSES:
+        mark = "" if p.kind == "same" else f"  [{p.kind}]"
+        print(f"{p.index:4d}  {p.flag:36s} {p.pipeline}{mark}")
+    return 0
+
+
+def cmd_features(args) -> int:
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
+    from behavioral_pq.core.module import load_module
+
+    module = load_module(args.file)
+    names, values = (INSTCOUNT_FEATURES, instcount(module)) if args.instcount else \
+        (AUTOPHASE_FEATURES, autophase(module))
+    if args.json:
+        print_json({"module": module.name, "sha256": module.sha256,
+                     "kind": "instcount" if args.instcount else "autophase",
+                     "features": dict(zip(names, values.tolist()))})
+        return 0
+    print(f"{module.name}: {module.instruction_count} instructions, "
+          f"{'InstCount' if args.instcount else 'Autophase'} ({len(names)} features)")
+    width = max(len(n) for n in names)
+    rows = [f"{n:>{width}} {v:8d}" for n, v in zip(names, values.tolist())]
+    for i in range(0, len(rows), 3):
+        print("   ".join(rows[i:i + 3]))
+    return 0
+
+
+def cmd_spectrum(args) -> int:
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.embedding.probes import load_probes
+    from behavioral_pq.embedding.spectrum import spectra
+    from behavioral_pq.reports.plotting import plot_spectrum
+
+    probes = load_probes(args.probes)
+    module = load_module(args.file)
+    batch = spectra([module], probes, progress=sys.stderr.isatty())
+    batch.raise_first()
+    values = batch.spectra[0]
+    if args.output:
+        np.save(args.output, values)
+    if args.plot:
+        plot_spectrum(values, args.plot, title=f"{module.name}: spectrum over {probes.name}")
+    if args.json:
+        print_json({"module": module.name, "probe_set": probes.name, "probe_set_hash": probes.hash,
+                     "shape": list(values.shape), "features": list(AUTOPHASE_FEATURES),
+                     "spectrum": values.round(6).tolist()})
+        return 0
+    total = AUTOPHASE_FEATURES.index("TotalInsts")
+    ic0 = int(batch.autophase[0, 0, total])
+    after = batch.autophase[0, 1:, total]
+    print(f"{module.name}: spectrum {values.shape[0]} probes x {values.shape[1]} features "
+          f"(probe set {probes.name}, {probes.hash[:12]})")
+    print(f"instructions: {ic0} as given; after probes min {after.min()}, median {int(np.median(after))}, "
+          f"max {after.max()}")
+    reactive = np.argsort(-np.abs(values).mean(axis=0))[:8]
+    print("most reactive features (mean |d|): " +
+          ", ".join(f"{AUTOPHASE_FEATURES[j]} {np.abs(values[:, j]).mean():.2f}" for j in reactive))
+    if args.output:
+        print(f"wrote {args.output}")
+    if args.plot:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_optimize(args) -> int:
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.passes import optimize
+
+    if bool(args.passes) == bool(args.auto):
+        raise ValueError("give either --passes or --auto (see bpq optimize --help)")
+    if args.budget < 0:
+        raise ValueError(f"--budget must be >= 0, got {args.budget}")
+    module = load_module(args.file)
+    found = None
+    if args.auto:
+        auto = run_auto(args, module)
+        found, result = auto["recommendation"], auto["result"]
+        pipeline = found.pipeline
+    else:
+        pipeline = parse_passes(args.passes)
+        result = optimize(module, pipeline)
+    result.verify()
+    if args.output:
+        result.save(args.output)
+    before, after = module.instruction_count, result.instruction_count
+    if args.json:
+        record = {"module": module.name, "pipeline": pipeline, "instructions_before": before,
+                  "instructions_after": after, "output": str(args.output) if args.output else None}
+        if found is not None:
+            record.update(found.as_dict())
+        print_json(record)
+        return 0
+    change = 100.0 * (after - before) / before if before else 0.0
+    print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%)")
+    if found is not None:
+        print(f"  -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
+              f"(IC_Oz / IC = {found.improvement:.3f}), found by {found.method} in {found.compilations} of "
+              f"{found.budget} compilations ({found.seconds:.2f} s)")
+        print(f"  pipeline: {' '.join(found.steps)}")
+    if args.output:
+        print(f"wrote {args.output}")
+    else:
+        print("(no -o given: nothing written)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from importlib import resources
+
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES, autophase
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.embedding.probes import load_probes
+    from behavioral_pq.embedding.spectrum import spectra
+    from behavioral_pq.reports.plotting import plot_spectrum
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    examples = resources.files("behavioral_pq").joinpath("data/examples")
+    sources = sorted(p for p in examples.iterdir() if p.name.endswith(".c"))
+    probes = load_probes()
+    print(f"behavioral_pq demo: {len(sources)} example programs, probe set {probes.name} "
+          f"(P={probes.num_probes}, L={probes.length})")
+    modules = [load_module(Path(str(s))) for s in sources]
+    batch = spectra(modules, probes, progress=sys.stderr.isatty())
+    batch.raise_first()
+    total = AUTOPHASE_FEATURES.index("TotalInsts")
+    for i, module in enumerate(modules):
+        oz = optimize(module, "Oz").instruction_count
+        best = int(batch.autophase[i, 1:, total].min())
+        print(f"  {module.name:18s} {module.instruction_count:5d} instructions; -Oz {oz:5d}; "
+              f"best probe {best:5d}; {int((autophase(module) > 0).sum())} non-zero features")
+        plot_spectrum(batch.spectra[i], out / f"{Path(module.name).stem}_spectrum.png",
+                      title=f"{module.name}: spectrum")
+    np.save(out / "spectra.npy", batch.spectra)
+    print(f"wrote {out}/spectra.npy {batch.spectra.shape} and one spectrum heatmap per program in {out}/")
+
+    encoder = load_encoder()
+    vectors = encoder.embed_spectra(batch.spectra)                       # (N, D)
+    np.save(out / "embeddings.npy", vectors)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    names = [Path(m.name).stem[:12] for m in modules]
+    print(f"embeddings ({encoder.path.name}, D={encoder.dim}), cosine similarity:")
+    print("  " + " " * 13 + " ".join(f"{n:>12s}" for n in names))
+    for name, row in zip(names, unit @ unit.T):
+        print(f"  {name:12s} " + " ".join(f"{x:12.3f}" for x in row))
+    print(f"wrote {out}/embeddings.npy {vectors.shape}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("passes", help="list the 124-pass catalog")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_passes)
+
+    p = sub.add_parser("features", help="Autophase (or InstCount) features of a module")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--instcount", action="store_true", help="per-opcode InstCount instead of Autophase")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_features)
+
+    p = sub.add_parser("spectrum", help="the P x 56 behavioral spectrum of a module")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
+    p.add_argument("--json", action="store_true", help="print the spectrum as JSON")
+    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (P, 56) with numpy")
+    p.add_argument("--plot", metavar="PNG", help="save a heatmap of probes x features")
+    p.set_defaults(func=cmd_spectrum)
+
+    p = sub.add_parser("optimize", help="apply passes to a module", epilog=PASSES_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--passes", metavar="PASSES", help="what to run (see below)")
+    p.add_argument("--auto", action="store_true",
+                   help="let the embedding choose the pipeline (program library + search; never worse than -Oz)")
+    p.add_argument("--budget", type=int, default=10, metavar="N",
+                   help="with --auto: candidate compilations to try besides -Oz (default 10)")
+    p.add_argument("--library", metavar="DIR", help="with --auto: program library (default: the shipped one)")
+    p.add_argument("--learn", action="store_true",
+                   help="with --auto: keep what the search found in the library (saved back to --library)")
+    p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("demo", help="features, -Oz and spectra of the shipped example programs, with plots")
+    p.add_argument("--out", default="bpq-demo", help="output folder (default: bpq-demo)")
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,155 @@
+"""``bpq predict``, ``bpq train`` and ``bpq evaluate``: the downstream predictors and their evaluation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PREDICT_EPILOG = """\
+examples:
+  bpq predict best-pass prog.c            # the 5 most likely best next passes, with probabilities
+  bpq predict best-pass prog.ll -k 10 --json
+  bpq predict oz prog.c                   # predicted share of instructions -Oz removes
+
+The shipped predictors sit on the shipped encoder; a predictor trained on another encoder needs it:
+  bpq predict oz prog.c --predictor my-oz --checkpoint my-encoder
+"""
+
+TRAIN_EPILOG = """\
+examples:
+  bpq train oz --corpus store/ --out my-oz
+  bpq train best-pass --corpus store/ --states states/ --out my-best-pass
+
+The corpus must be labelled (bpq corpus labels) and carry spectra for the encoder's probe set (bpq corpus
+spectra); with a split (bpq corpus split) training uses train and stops early on valid. --states adds
+intermediate states (bpq corpus states) to the best-pass training data.
+"""
+
+EVALUATE_EPILOG = """\
+example (the project's report, downstream/):
+  bpq evaluate --corpus store/ --states states/ --out downstream/ \\
+      --ablation kmeans=runs/kmeans/encoder --ablation absolute=runs/absolute/encoder
+
+Writes REPORT_DIR/report.md, report.json and a t-SNE PNG. Task 1b needs --states.
+"""
+
+
+def _encoder(args):
+    from behavioral_pq.embedding.encoder import load_encoder
+
+    return load_encoder(args.checkpoint) if args.checkpoint else None
+
+
+def cmd_predict(args) -> int:
+    from behavioral_pq.tasks.predictors import load_predictor, predict_best_pass, predict_oz_benefit
+
+    kind = "best-pass" if args.target == "best-pass" else "oz-benefit"
+    predictor = load_predictor(args.predictor, kind=kind, encoder=_encoder(args))
+    results, failed = [], 0
+    for path in args.files:
+        try:
+            if kind == "best-pass":
+                value = [p._asdict() for p in predict_best_pass(path, args.k, predictor=predictor)]
+            else:
+                value = predict_oz_benefit(path, predictor=predictor)
+            results.append({"file": path, "prediction": value})
+        except (ValueError, OSError, RuntimeError) as exc:
+            failed += 1
+            results.append({"file": path, "error": str(exc)})
+            print(f"bpq: {path}: {exc}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for r in results:
+            if "error" in r:
+                continue
+            if kind == "best-pass":
+                ranked = "  ".join(f"{p['name']} {p['score']:.3f}" for p in r["prediction"])
+                print(f"{r['file']}: {ranked}")
+            else:
+                print(f"{r['file']}: -Oz would remove about {r['prediction'] * 100:.1f}% of the instructions")
+    return 1 if failed else 0
+
+
+def cmd_train(args) -> int:
+    from behavioral_pq.tasks.predictors import train_predictor
+
+    kind = "best-pass" if args.target == "best-pass" else "oz-benefit"
+    if args.states and kind != "best-pass":
+        raise ValueError("--states applies to best-pass only")
+    summary = train_predictor(kind, args.corpus, args.out, encoder=_encoder(args), states=args.states,
+                              seed=args.seed)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        items = summary["training"]["items"]
+        metrics = ", ".join(f"{k} {v:.3f}" for k, v in summary["metrics"].items()) or "no valid split"
+        print(f"{kind} predictor -> {args.out}: trained on {items['train']} items, stopped on {items['valid']}; "
+              f"{metrics}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from behavioral_pq.reports.downstream import EvaluationConfig, evaluate
+    from behavioral_pq.tasks.estimators import TrainSettings
+
+    ablations = {}
+    for item in args.ablation or []:
+        name, _, path = item.partition("=")
+        if not path:
+            raise ValueError(f"--ablation takes NAME=DIR, not {item!r}")
+        ablations[name] = path
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(","))
+    except ValueError:
+        raise ValueError(f"--seeds takes comma-separated integers, not {args.seeds!r}") from None
+    config = EvaluationConfig(seeds=seeds, train=TrainSettings(max_epochs=args.max_epochs))
+    say = None if args.quiet else (lambda line: print(f"[evaluate] {line}", file=sys.stderr, flush=True))
+    report = evaluate(args.corpus, args.out, states=args.states, encoder=_encoder(args), ablations=ablations,
+                      config=config, progress=say)
+    if args.json:
+        print(json.dumps(report["targets"], indent=1))
+    else:
+        met = sum(c["met"] for c in report["targets"])
+        print(f"report -> {Path(args.out) / 'report.md'} ({met} of {len(report['targets'])} targets met, "
+              f"{report['seconds']:.0f} s)")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("predict", help="best next pass or -Oz benefit of modules (shipped predictors)",
+                       epilog=PREDICT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", choices=("best-pass", "oz"), help="what to predict")
+    p.add_argument("files", metavar="FILE", nargs="+")
+    p.add_argument("-k", type=int, default=5, help="passes to list (best-pass; default 5)")
+    p.add_argument("--predictor", metavar="DIR", help="predictor folder (default: the shipped one)")
+    p.add_argument("--checkpoint", metavar="DIR", help="encoder the predictor was trained on (default: shipped)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("train", help="train a best-pass or -Oz-benefit predictor on a corpus", epilog=TRAIN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", choices=("best-pass", "oz"))
+    p.add_argument("--corpus", required=True, metavar="STORE", help="labelled corpus store with spectra")
+    p.add_argument("--out", required=True, metavar="DIR", help="predictor folder to write")
+    p.add_argument("--states", metavar="DIR", help="state folder to add (best-pass)")
+    p.add_argument("--checkpoint", metavar="DIR", help="encoder to train on (default: the shipped one)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="every downstream task, baseline and ablation; Markdown + JSON report",
+                       epilog=EVALUATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, metavar="STORE", help="split, labelled corpus store with spectra")
+    p.add_argument("--out", required=True, metavar="REPORT_DIR")
+    p.add_argument("--states", metavar="DIR", help="state folder for task 1b (bpq corpus states)")
+    p.add_argument("--checkpoint", metavar="DIR", help="encoder to judge (default: the shipped one)")
+    p.add_argument("--ablation", action="append", metavar="NAME=DIR",
+                   help="an ablation encoder (kmeans=DIR, absolute=DIR); repeatable")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated head seeds (default 0,1,2)")
+    p.add_argument("--max-epochs", type=int, default=200, metavar="N", help="MLP epochs at most (early stopping)")
+    p.add_argument("--json", action="store_true", help="print the target checks as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_evaluate)

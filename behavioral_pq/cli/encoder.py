@@ -1,0 +1,101 @@
+"""``bpq embed`` and ``bpq pretrain`` (see behavioral_pq.embedding.encoder and behavioral_pq.training.pretraining)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EMBED_EPILOG = """\
+examples:
+  bpq embed prog.c                          # a short summary per module
+  bpq embed a.ll b.bc c.c -o emb.npy        # float32 (N, D), row i for the i-th FILE (NaN if it failed)
+  bpq embed prog.c --json                   # [{"file": ..., "embedding": [...]}]
+  bpq embed prog.c --checkpoint runs/p1/encoder --pooling cls
+
+A FILE that cannot be embedded is reported on stderr; the others still are, and the exit status is 1.
+"""
+
+PRETRAIN_EPILOG = """\
+examples:
+  bpq pretrain stores/main --out runs/p1                               # pretrain/default.toml settings
+  bpq pretrain stores/main --out runs/p1 --config pretrain/default.toml --device cuda
+  torchrun --nproc_per_node 2 -m behavioral_pq pretrain stores/main --out runs/p2   # data parallel (gloo on CPU)
+
+The store needs spectra for the probe set (bpq corpus spectra STORE). The run folder gets the quantizer, the
+encoded corpus (codes/*.parquet), log.csv, eval.jsonl, training-curve.png, train-state.pt (run the same command
+again to resume) and, at the end, the encoder checkpoint in OUT/encoder.
+"""
+
+
+def cmd_embed(args) -> int:
+    import numpy as np
+
+    from behavioral_pq.embedding.encoder import load_encoder
+
+    encoder = load_encoder(args.checkpoint, pooling=args.pooling)
+    batch = encoder.embed_batch(args.files, workers=args.workers, progress=len(args.files) > 1 and not args.quiet)
+    vectors, errors = batch.embeddings, batch.errors
+    for file, error in zip(args.files, errors):
+        if error is not None:
+            print(f"bpq: error: {file}: {str(error).strip().splitlines()[0]}", file=sys.stderr)
+    if args.output:
+        np.save(args.output, vectors)
+    if args.json:
+        print(json.dumps([{"file": f, "embedding": None if e is not None else v.tolist()}
+                          for f, v, e in zip(args.files, vectors, errors)]))
+    elif not args.output:
+        for file, v, e in zip(args.files, vectors, errors):
+            if e is None:
+                print(f"{file}: D={len(v)} norm={np.linalg.norm(v):.3f} [{', '.join(f'{x:.3f}' for x in v[:6])}, ...]")
+    elif not args.quiet:
+        print(f"{len(args.files) - sum(e is not None for e in errors)} of {len(args.files)} embedded "
+              f"-> {args.output} (float32 {vectors.shape})", file=sys.stderr)
+    return 1 if any(e is not None for e in errors) else 0
+
+
+def cmd_pretrain(args) -> int:
+    from behavioral_pq.training.pretraining import PretrainConfig, pretrain
+
+    config = PretrainConfig.load(args.config) if args.config else PretrainConfig()
+    summary = pretrain(args.store, args.out, config, probes=args.probes, device=args.device,
+                       progress=not args.quiet, max_steps=args.max_steps, modules_like=args.modules_like)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    elif "valid" in summary and summary["valid"]:
+        accuracy = summary["valid"]["accuracy"]
+        print(f"{summary['steps']} steps in {summary['train_seconds']:.0f} s; validation masked-code accuracy "
+              f"{summary['valid']['accuracy_mean']:.3f} (heads {' '.join(f'{a:.2f}' for a in accuracy)}); "
+              f"encoder: {Path(args.out) / 'encoder'}")
+    else:
+        print(f"stopped at step {summary['steps']} of {summary['max_steps']}; run again to resume")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("embed", help="embeddings of modules (the shipped encoder by default)", epilog=EMBED_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", metavar="FILE", nargs="+")
+    p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint folder (default: the shipped one)")
+    p.add_argument("--pooling", choices=("mean", "cls"), help="mean of probe states (default) or [CLS]")
+    p.add_argument("--workers", type=int, metavar="N", help="engine worker processes for the spectra")
+    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (N, D) with numpy")
+    p.add_argument("--json", action="store_true", help="print the embeddings as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_embed)
+
+    p = sub.add_parser("pretrain", help="pretrain PQ-BERT on a corpus store (resumable; torchrun for DDP)",
+                       epilog=PRETRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--out", required=True, metavar="DIR", help="run folder (created; resumed if it exists)")
+    p.add_argument("--config", metavar="TOML",
+                   help="[model] and [training] settings (default: the shipped encoder's, as pretrain/default.toml)")
+    p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps in this call (resume later)")
+    p.add_argument("--modules-like", metavar="RUN", help="use exactly the train/valid/test modules of another run "
+                   "(for ablations compared with it)")
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_pretrain)

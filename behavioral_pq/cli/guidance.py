@@ -1,0 +1,103 @@
+"""``bpq optimize --auto``, ``bpq library build`` and ``bpq evaluate-guidance``: pipelines chosen by embedding."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+LIBRARY_EPILOG = """\
+example (the shipped library, checkpoints/pqbert-small-s0-library):
+  bpq library build --corpus store/ --out my-library --programs 1200
+
+Programs are drawn (seeded) from the store's train split among modules with spectra for the encoder's probe
+set. Each gets generic pipelines and two genetic searches; results are logged to OUT.search.jsonl as they come,
+so an interrupted build resumes where it stopped.
+"""
+
+GUIDANCE_EPILOG = """\
+example (the project's report, downstream/guidance/):
+  bpq evaluate-guidance --corpus store/ --out downstream/guidance --programs 300
+
+Compares the library recommendation with random-neighbor retrieval, random search and greedy search at each
+budget on held-out programs (the test split by default; library programs are left out).
+"""
+
+
+def _encoder(args):
+    from behavioral_pq.embedding.encoder import load_encoder
+
+    return load_encoder(args.checkpoint) if getattr(args, "checkpoint", None) else None
+
+
+def run_auto(args, module) -> dict:
+    """``bpq optimize FILE --auto``: recommend, apply, verify, and say how it compares with -Oz."""
+    from behavioral_pq.tasks.guidance import load_library, recommend_and_optimize
+
+    if args.learn and not args.library:
+        raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
+    encoder = _encoder(args)
+    library = load_library(args.library, encoder=encoder) if args.library or encoder else None
+    found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn)
+    if args.learn:
+        library.save(args.library)
+    return {"recommendation": found, "result": result}
+
+
+def cmd_library_build(args) -> int:
+    from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.tasks.guidance import build_library, choose_library_programs
+
+    encoder = _encoder(args) or load_encoder()
+    programs = choose_library_programs(args.corpus, args.programs, encoder=encoder, split=args.split, seed=args.seed)
+    library = build_library(args.corpus, args.out, programs, encoder=encoder, seed=args.seed, progress=True)
+    better = sum(1 for p in library.programs if p.best()[1] < p.oz_count)
+    print(f"wrote {args.out}: {len(library)} programs, {better} with a pipeline better than -Oz")
+    return 0
+
+
+def cmd_evaluate_guidance(args) -> int:
+    from behavioral_pq.reports.guidance import evaluate_guidance
+    from behavioral_pq.tasks.guidance import load_library
+
+    encoder = _encoder(args)
+    library = load_library(args.library, encoder=encoder)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    if any(b < 1 for b in budgets):
+        raise ValueError(f"budgets must be positive integers, got {args.budgets!r}")
+    report = evaluate_guidance(args.corpus, args.out, library=library, encoder=encoder, split=args.split,
+                               programs=args.programs, budgets=budgets, seed=args.seed, progress=True)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print((Path(args.out) / "report.md").read_text())
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("library", help="build a program library for pipeline recommendation",
+                       epilog=LIBRARY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lsub = p.add_subparsers(dest="library_command", metavar="ACTION")
+    lsub.required = True
+    b = lsub.add_parser("build", help="search good pipelines for corpus programs and index them by embedding",
+                        epilog=LIBRARY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--corpus", required=True, metavar="STORE", help="corpus store (bpq corpus build)")
+    b.add_argument("--out", required=True, metavar="DIR", help="library folder to write")
+    b.add_argument("--programs", type=int, default=1200, metavar="N", help="programs to search (default 1200)")
+    b.add_argument("--split", default="train", help="split to draw programs from (default train)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
+    b.set_defaults(func=cmd_library_build)
+
+    p = sub.add_parser("evaluate-guidance", help="recommended pipelines vs -Oz, random and greedy search",
+                       epilog=GUIDANCE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, metavar="STORE", help="corpus store with a split")
+    p.add_argument("--out", required=True, metavar="DIR", help="report folder")
+    p.add_argument("--library", metavar="DIR", help="program library (default: the shipped one)")
+    p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
+    p.add_argument("--split", default="test", help="held-out split (default test)")
+    p.add_argument("--programs", type=int, default=200, metavar="N", help="programs to evaluate (default 200)")
+    p.add_argument("--budgets", default="1,10,50", help="comma-separated budgets (default 1,10,50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_evaluate_guidance)

@@ -1,0 +1,284 @@
+"""``bpq lower``, ``bpq compile``, ``bpq evaluate-lowering`` and ``bpq refine-prompt``: IR to x86-64 assembly
+with llc or an LLM (verify-and-repair), and the end-to-end compile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+import time
+from pathlib import Path
+
+from behavioral_pq.cli.common import parse_passes
+
+LLM_HELP = """\
+LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
+  BPQ_LLM_BASE_URL (e.g. http://127.0.0.1:8000/v1), BPQ_LLM_MODEL, BPQ_LLM_API_KEY, BPQ_LLM_TIMEOUT,
+  BPQ_LLM_RETRIES, or --llm-config FILE with an [llm] table (base_url, model, api_key, timeout, retries, ...).
+Nothing is sent anywhere unless an endpoint is configured.
+"""
+
+LOWER_EPILOG = """\
+examples:
+  bpq lower prog.c -o prog.s                       # -Oz, then llc-19 -O2
+  bpq lower prog.ll --passes O3 --backend llm -o prog.s --repairs 3
+  bpq lower --task gcd -o gcd.s --backend llm      # a task from the shipped task sets, checked by its tests
+
+Verification: a task's tests; else, for a module with main, the program's output against llc's build; else the
+assembly must assemble and define the module's symbols. LLM output is always verified; llc's with --verify.
+
+""" + LLM_HELP
+
+COMPILE_EPILOG = """\
+example:
+  bpq compile prog.c --auto-passes --budget 10 -o prog      # embed, recommend, optimize, lower, verify, link
+
+A module with main becomes an executable whose output is checked against the unoptimized module's; any other
+module becomes an object file (-o prog.o).
+
+""" + LLM_HELP
+
+EVALUATE_EPILOG = """\
+example (the project's report):
+  bpq evaluate-lowering --out downstream        # writes downstream/lowering.md
+
+Runs llc on the task sets (IR optimized by -O3 and by -Oz), compares with clang-19 -O3 (llvm-mca cycles,
+runtime), and drives the LLM path through scripted scenarios on a loopback server. With --llm, a configured
+model endpoint is evaluated on the same tasks (ACC, ACC+Perf).
+
+""" + LLM_HELP
+
+
+def _llm_backend(args, **extra):
+    from behavioral_pq.lowering.backends import LLMBackend
+    from behavioral_pq.lowering.llm import load_llm_settings
+    from behavioral_pq.lowering.prompts import load_prompt
+
+    settings = load_llm_settings(args.llm_config)
+    return LLMBackend(settings, prompt=load_prompt(args.prompt), repairs=args.repairs,
+                      optimize_rounds=getattr(args, "optimize_rounds", 0), **extra)
+
+
+def _backend(args):
+    from behavioral_pq.lowering.backends import LlcBackend
+
+    if args.backend == "llc":
+        return LlcBackend(opt_level=args.opt_level)
+    return _llm_backend(args)
+
+
+def _print_lowering(lowering) -> None:
+    for i, attempt in enumerate(lowering.attempts, 1):
+        detail = attempt.note or (attempt.message.strip().splitlines() or [""])[0][:150]
+        print(f"  answer {i} ({attempt.phase}): {attempt.stage}{': ' + detail if detail else ''}")
+    if lowering.verdict is None:
+        print("  verification: not run (llc is trusted; --verify to check)")
+    elif lowering.verdict.tested:
+        print(f"  verification: {lowering.verdict.stage}")
+    else:
+        print(f"  verification: {lowering.verdict.stage} ({lowering.verdict.message})")
+
+
+def _lowering_json(lowering) -> dict:
+    return {"backend": lowering.backend, "verified": lowering.verified,
+            "verdict": None if lowering.verdict is None else {"stage": lowering.verdict.stage,
+                                                             "message": lowering.verdict.message,
+                                                             "tested": lowering.verdict.tested},
+            "answers": [{"phase": a.phase, "stage": a.stage, "message": a.message[:500], "kept": a.kept}
+                        for a in lowering.attempts], "seconds": round(lowering.seconds, 3)}
+
+
+def cmd_lower(args) -> int:
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.errors import ToolError
+    from behavioral_pq.lowering.backends import lower
+    from behavioral_pq.lowering.harness import static_cost
+    from behavioral_pq.lowering.tasks import load_tasks
+
+    if bool(args.file) == bool(args.task):
+        raise ValueError("give a FILE or --task NAME (see bpq lower --help)")
+    task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
+    module = task.module() if task else load_module(args.file)
+    optimized = optimize(module, parse_passes(args.passes)) if args.passes.lower() != "none" else module
+    lowering = lower(optimized, _backend(args), task=task, verify=True if args.verify else None,
+                     reference=module)
+    try:
+        cost = static_cost(lowering.assembly)
+    except ToolError:  # nothing mca can measure, e.g. a module that only declares or holds data
+        cost = None
+    if args.output:
+        lowering.save(args.output)
+    if args.json:
+        print(json.dumps({"module": module.name, "passes": args.passes, **_lowering_json(lowering),
+                          "mca_cycles": cost.cycles if cost else None, "output": args.output}, indent=1))
+        return 0
+    print(f"{module.name}: {module.instruction_count} -> {optimized.instruction_count} IR instructions "
+          f"({args.passes}); lowered by {lowering.backend} in {lowering.seconds:.2f} s")
+    _print_lowering(lowering)
+    print(f"  llvm-mca: {cost.cycles} cycles for 100 iterations ({cost.instructions // 100} instructions)" if cost
+          else "  llvm-mca: no instructions to measure")
+    print(f"wrote {args.output}" if args.output else "(no -o given: nothing written)")
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.core.toolchain import assemble
+    from behavioral_pq.lowering.backends import lower
+    from behavioral_pq.lowering.harness import defines_main
+    from behavioral_pq.tasks.guidance import recommend_pipeline
+
+    if args.auto_passes and args.passes:
+        raise ValueError("give --auto-passes or --passes, not both")
+    start = time.monotonic()
+    module = load_module(args.file)
+    print(f"1. load       {module.name}: {module.instruction_count} IR instructions")
+    if args.auto_passes:
+        found = recommend_pipeline(module, args.budget)
+        pipeline = found.pipeline
+        print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
+              f"compilations (-Oz gives {found.oz_count} instructions, this {found.instruction_count})")
+        print("   pipeline:  " + textwrap.shorten(" ".join(found.steps), 300, placeholder=" ..."))
+    else:
+        pipeline = parse_passes(args.passes or "Oz")
+        print(f"2. passes     {args.passes or 'Oz'}")
+    optimized = optimize(module, pipeline).verify()
+    print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
+    lowering = lower(optimized, _backend(args), verify=not args.no_verify, reference=module)
+    print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
+          f"({lowering.seconds:.2f} s)")
+    _print_lowering(lowering)
+    program = defines_main(optimized)
+    output = Path(args.output or (Path(args.file).stem + ("" if program else ".o")))
+    source = output.with_suffix(".s") if args.keep_assembly else None
+    if source is not None:
+        source.write_text(lowering.assembly)
+    assemble(lowering.assembly, output, executable=program)
+    kind = "executable" if program else "object file"
+    print(f"5. {'link' if program else 'assemble':<11}wrote {output} ({kind}"
+          + (f", assembly in {source}" if source else "") + f"); {time.monotonic() - start:.1f} s in all")
+    return 0
+
+
+def cmd_evaluate_lowering(args) -> int:
+    from behavioral_pq.reports.lowering import evaluate_lowering
+
+    report, path = evaluate_lowering(Path(args.out), tasks=args.tasks,
+                                     pipelines=[p.strip() for p in args.pipelines.split(",")],
+                                     timing_runs=args.timing_runs, margin=args.margin, repairs=args.repairs,
+                                     llm=_llm_backend(args) if args.llm else None, scripted=not args.no_scripted,
+                                     command=_evaluate_command(args), progress=True)
+    print(json.dumps(report, indent=1) if args.json else path.read_text())
+    return 0
+
+
+def _evaluate_command(args) -> str:
+    """The command line that reproduces the report (options left at their defaults are not repeated)."""
+    parts = [f"bpq evaluate-lowering --out {args.out}"]
+    for flag, value, default in (("--tasks", args.tasks, "all"), ("--pipelines", args.pipelines, "O3,Oz,opt:O3"),
+                                 ("--timing-runs", args.timing_runs, 5), ("--margin", args.margin, 0.05),
+                                 ("--repairs", args.repairs, 3)):
+        if value != default:
+            parts.append(f"{flag} {value}")
+    parts += [flag for flag, on in (("--llm", args.llm), ("--no-scripted", args.no_scripted)) if on]
+    return " ".join(parts)
+
+
+def cmd_refine_prompt(args) -> int:
+    import statistics
+
+    from behavioral_pq.lowering.backends import LLMBackend
+    from behavioral_pq.lowering.prompts import refine_prompt
+    from behavioral_pq.lowering.tasks import load_tasks, split_tasks
+    from behavioral_pq.reports.lowering import run_tasks
+
+    backend = _llm_backend(args)
+    train, held_out = split_tasks(load_tasks(args.tasks), held_out=args.held_out, seed=args.seed)
+
+    def run(tasks, prompt):
+        return run_tasks(tasks, LLMBackend(client=backend.client, prompt=prompt, repairs=args.repairs),
+                         pipeline=args.pipeline, progress=True)
+
+    base = backend.prompt
+    refinement = refine_prompt(base, run(train, base), backend.client)
+    print(f"{refinement.traces_used} repaired traces on {len(train)} train tasks; {len(refinement.proposed)} "
+          f"lessons proposed, {len(refinement.kept)} kept")
+    for lesson, why in refinement.rejected:
+        print(f"  rejected ({why}): {lesson}")
+    for prompt in (base, refinement.prompt):
+        results = run(held_out, prompt)
+        accuracy = sum(r.ok for r in results) / max(1, len(results))
+        rounds = statistics.mean(r.rounds for r in results) if results else 0.0
+        print(f"held-out ({len(held_out)} tasks), prompt v{prompt.version}: ACC {accuracy:.3f}, "
+              f"mean answers {rounds:.2f}")
+    if refinement.prompt is not base:
+        print(f"wrote {refinement.prompt.save(args.out)}")
+    return 0
+
+
+def _add_llm_options(p, *, optimize: bool = True) -> None:
+    g = p.add_argument_group("LLM back end")
+    g.add_argument("--llm-config", metavar="FILE", help="TOML settings with an [llm] table (default: environment)")
+    g.add_argument("--prompt", metavar="FILE|DIR", help="prompt file or folder (default: built-in version 1)")
+    g.add_argument("--repairs", type=int, default=3, metavar="R", help="failed answers fed back at most R times "
+                                                                      "(default 3)")
+    if optimize:
+        g.add_argument("--optimize-rounds", type=int, default=0, metavar="K",
+                       help="after a correct answer, ask K times for faster code (kept only if correct and faster)")
+
+
+def add_parsers(sub) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser("lower", help="lower a module to x86-64 assembly with llc or an LLM (verified)",
+                       epilog=LOWER_EPILOG, formatter_class=fmt)
+    p.add_argument("file", nargs="?", help=".c/.cc/.ll/.bc file")
+    p.add_argument("--task", metavar="NAME", help="a task from --task-set instead of FILE (checked by its tests)")
+    p.add_argument("--task-set", default="all", help="functions, kernels, all (default) or a task-set .json")
+    p.add_argument("--passes", default="Oz", help="passes to run before lowering (default Oz; 'none' for none)")
+    p.add_argument("--backend", choices=("llc", "llm"), default="llc")
+    p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
+    p.add_argument("--verify", action="store_true", help="verify llc's output too (the LLM's always is)")
+    p.add_argument("-o", "--output", metavar="OUT.s", help="write the assembly")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_llm_options(p)
+    p.set_defaults(func=cmd_lower)
+
+    p = sub.add_parser("compile", help="embed, recommend passes, optimize, lower, verify and link",
+                       epilog=COMPILE_EPILOG, formatter_class=fmt)
+    p.add_argument("file", help=".c/.cc/.ll/.bc file")
+    p.add_argument("--auto-passes", action="store_true", help="passes recommended from the embedding")
+    p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
+    p.add_argument("--passes", help="passes to run instead (default Oz)")
+    p.add_argument("--backend", choices=("llc", "llm"), default="llc")
+    p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
+    p.add_argument("--no-verify", action="store_true", help="skip running the program against the unoptimized one")
+    p.add_argument("--keep-assembly", action="store_true", help="also write the assembly next to the output")
+    p.add_argument("-o", "--output", metavar="BIN", help="executable (or object file for a module without main)")
+    _add_llm_options(p)
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("evaluate-lowering", help="llc and LLM lowering on the task sets; writes lowering.md",
+                       epilog=EVALUATE_EPILOG, formatter_class=fmt)
+    p.add_argument("--out", required=True, metavar="DIR", help="report folder")
+    p.add_argument("--tasks", default="all", help="functions, kernels, all (default) or a task-set .json")
+    p.add_argument("--pipelines", default="O3,Oz,opt:O3",
+                   help="IR pipelines before llc: bpq passes, or opt:LEVEL for opt-19 (default O3,Oz,opt:O3)")
+    p.add_argument("--timing-runs", type=int, default=5, help="process runs per timing (default 5)")
+    p.add_argument("--margin", type=float, default=0.05, help="speedup margin before 'faster' (default 0.05)")
+    p.add_argument("--llm", action="store_true", help="also evaluate the configured LLM endpoint")
+    p.add_argument("--no-scripted", action="store_true", help="skip the scripted-server scenarios")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_llm_options(p, optimize=True)
+    p.set_defaults(func=cmd_evaluate_lowering)
+
+    p = sub.add_parser("refine-prompt", help="learn prompt lessons from repair traces on a configured LLM",
+                       epilog=LLM_HELP, formatter_class=fmt)
+    p.add_argument("--out", required=True, metavar="DIR", help="prompt folder (prompt-v<N>.json)")
+    p.add_argument("--tasks", default="all", help="task set to split into train and held-out (default all)")
+    p.add_argument("--held-out", type=float, default=0.5, help="held-out share (default 0.5)")
+    p.add_argument("--pipeline", default="O3", help="IR pipeline before lowering (default O3)")
+    p.add_argument("--seed", type=int, default=0)
+    _add_llm_options(p, optimize=False)
+    p.set_defaults(func=cmd_refine_prompt)

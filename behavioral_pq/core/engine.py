@@ -1,0 +1,623 @@
+"""The engine: runs LLVM work in worker processes so that a pass that aborts or hangs costs one module, never
+the caller.
+
+Each worker is ``python -m behavioral_pq.core._worker``, talking length-prefixed pickles over pipes. The native code
+in a worker writes, per thread, which (module, pipeline) it is running into a small shared file mapping; the
+parent reads it to enforce a per-pipeline timeout and to name the culprit when a worker dies. A failed batch task
+is retried without the culprit (or split module by module when the culprit is unclear), so every other module's
+result survives.
+
+``Engine(workers=0)`` runs everything in the calling process: fastest, but with no protection at all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import mmap
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from behavioral_pq.core._native_loader import native
+from behavioral_pq.core._worker import HEADER
+from behavioral_pq.errors import BPQError, EngineError, InvalidIRError, PassCrashError, PassTimeoutError, PipelineError
+
+logger = logging.getLogger(__name__)
+
+NUM_AUTOPHASE = 56
+DEFAULT_TIMEOUT = 60.0
+_SLOT = 24  # bytes per thread slot: int64 module, int64 pipeline, int64 sequence number
+
+
+def default_workers() -> int:
+    """Worker processes used when none are given: ``$BPQ_WORKERS`` or the CPUs this process may use."""
+    env = os.environ.get("BPQ_WORKERS")
+    if env:
+        return max(0, int(env))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+_valid_pipelines: Dict[str, str] = {}
+
+
+BITCODE_MAGIC = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # raw bitcode, and the bitcode wrapper header
+
+
+def _check_encoding(data: bytes, name: str) -> None:
+    """Refuse binary data that is neither bitcode nor UTF-8 text before LLVM sees it (its diagnostic would quote
+    the raw bytes, and the message could not even be shown)."""
+    if bytes(data[:4]) in BITCODE_MAGIC:
+        return
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidIRError(f"{name}: neither LLVM bitcode nor IR text (byte {exc.start} is binary data, and the "
+                             "file does not start with the bitcode magic)") from None
+
+
+def check_pipeline(pipeline: str) -> str:
+    """Return ``pipeline`` if LLVM parses it; raise PipelineError with LLVM's message otherwise."""
+    if pipeline not in _valid_pipelines:
+        problem = native.check_pipeline(pipeline)
+        if problem:
+            raise PipelineError(problem)
+        _valid_pipelines[pipeline] = pipeline
+    return pipeline
+
+
+@dataclass
+class _Task:
+    request: tuple
+    modules: List[int] = field(default_factory=list)  # batch indices ("after") or root indices ("tree")
+    first_pipeline: int = 0  # pipelines[first_pipeline : first_pipeline + count] of the batch
+    pipeline_count: int = 0
+    nodes: List[int] = field(default_factory=list)  # batch node indices, for "tree"
+
+
+class _WorkerDied(Exception):
+    pass
+
+
+class _Worker:
+    """One worker process, its pipes, its progress mapping and its stderr file."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        directory = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self._progress_file = tempfile.NamedTemporaryFile(prefix="bpq-progress-", dir=directory)
+        self._progress_file.write(b"\xff" * (_SLOT * threads))  # module = -1: idle
+        self._progress_file.flush()
+        self.progress = mmap.mmap(self._progress_file.fileno(), _SLOT * threads)
+        self.stderr = tempfile.TemporaryFile(prefix="bpq-worker-stderr-")
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "behavioral_pq.core._worker", self._progress_file.name, str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True)
+        self.fd = self.proc.stdout.fileno()
+        self.task: Optional[_Task] = None
+        self._buffer = bytearray()
+        self._stderr_offset = 0
+        self._started = 0.0
+        self._seen: List[Tuple[int, float]] = []
+
+    # -- task lifecycle ------------------------------------------------------------------------------------
+    def start(self, task: _Task) -> None:
+        self.task = task
+        self._buffer.clear()
+        self._stderr_offset = self.stderr.seek(0, os.SEEK_END)
+        now = time.monotonic()
+        self._started = now
+        self._seen = [(self.slot(i)[2], now) for i in range(self.threads)]
+        payload = pickle.dumps(task.request, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(HEADER.pack(len(payload)) + payload)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise _WorkerDied() from exc
+
+    def read(self):
+        """The reply if it is complete, None if more bytes are due; raises _WorkerDied on EOF."""
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            raise _WorkerDied()
+        self._buffer += chunk
+        if len(self._buffer) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(self._buffer)
+        if len(self._buffer) < HEADER.size + size:
+            return None
+        reply = pickle.loads(bytes(self._buffer[HEADER.size:HEADER.size + size]))
+        self._buffer.clear()
+        self.task = None
+        return reply
+
+    def slot(self, i: int) -> Tuple[int, int, int]:
+        return tuple(np.frombuffer(self.progress, dtype=np.int64, count=3, offset=_SLOT * i).tolist())
+
+    def active(self) -> List[Tuple[int, int]]:
+        """(module, pipeline) pairs being worked on, by task-local indices; pipeline -1 = parsing/features."""
+        return [(m, p) for m, p, _ in (self.slot(i) for i in range(self.threads)) if m >= 0]
+
+    def stuck(self, timeout: float, now: float) -> Optional[Tuple[int, int]]:
+        """The (module, pipeline) that has run past ``timeout``, if any."""
+        for i in range(self.threads):
+            module, pipeline, seq = self.slot(i)
+            last_seq, since = self._seen[i]
+            if seq != last_seq:
+                self._seen[i] = (seq, now)
+            elif module >= 0 and now - since > timeout:
+                return module, pipeline
+        return None
+
+    def elapsed(self, now: float) -> float:
+        return now - self._started
+
+    def stderr_tail(self, limit: int = 1500) -> str:
+        self.stderr.seek(self._stderr_offset)
+        text = self.stderr.read().decode(errors="replace").strip()
+        self.stderr.seek(0, os.SEEK_END)
+        return text if len(text) <= limit else "..." + text[-limit:]
+
+    def exit_description(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        try:
+            try:
+                self.proc.stdin.close()  # EOF: a live worker exits on its own
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        finally:
+            for f in (self.proc.stdout, self.stderr):
+                f.close()
+            self.progress.close()
+            self._progress_file.close()
+
+
+class Engine:
+    """Runs pass pipelines and feature extraction on prepared bitcode, protected by worker processes.
+
+    Args:
+        workers: worker processes (default: the CPUs available, or ``$BPQ_WORKERS``). ``0`` runs in-process
+            with no crash or timeout protection.
+        threads: native threads per worker, each with its own LLVMContext (default 1).
+        timeout: seconds one pipeline may run on one module before its worker is killed
+            (``$BPQ_TIMEOUT``, default 60).
+
+    Workers start on first use and stay up until :meth:`close` (or interpreter exit). An Engine may be used
+    from several threads; calls are serialized.
+    """
+
+    def __init__(self, workers: Optional[int] = None, *, threads: int = 1, timeout: Optional[float] = None):
+        self.workers = default_workers() if workers is None else int(workers)
+        if self.workers < 0 or threads < 1:
+            raise ValueError("workers must be >= 0 and threads >= 1")
+        self.threads = int(threads)
+        self.timeout = float(os.environ.get("BPQ_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else float(timeout)
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self._pool: List[_Worker] = []
+        self._lock = threading.Lock()
+        self.restarts = 0  # workers replaced after a crash or timeout, for diagnostics
+
+    def __repr__(self) -> str:
+        return f"Engine(workers={self.workers}, threads={self.threads}, timeout={self.timeout:g})"
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes (they restart on the next call)."""
+        with self._lock:
+            for worker in self._pool:
+                worker.close()
+            self._pool.clear()
+
+    # -- single-module operations --------------------------------------------------------------------------
+    def prepare(self, data: bytes, name: str = "module") -> bytes:
+        """Parse ``.ll`` text or bitcode, verify, strip debug info and named metadata, clear the source file name;
+        return bitcode."""
+        _check_encoding(data, name)
+        if self.workers == 0:
+            return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
+        return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)
+
+    def run_pipeline(self, bitcode: bytes, pipeline: str, name: str = "module") -> bytes:
+        """Apply a new-PM pipeline to a fresh copy of ``bitcode``; return the result as bitcode."""
+        check_pipeline(pipeline)
+        if self.workers == 0:
+            return self._in_process(lambda: native.run_pipeline(bitcode, pipeline), InvalidIRError)
+        return self._single(("run", bytes(bitcode), pipeline), name, pipeline=pipeline, invalid=InvalidIRError)
+
+    # -- batches -------------------------------------------------------------------------------------------
+    def autophase_after(self, bitcodes: Sequence[bytes], pipelines: Sequence[str], *,
+                        names: Optional[Sequence[str]] = None,
+                        progress: Optional[Callable[[int], None]] = None,
+                        ) -> Tuple[np.ndarray, List[Optional[BPQError]]]:
+        """Autophase of each module as given and after each pipeline (each on a fresh copy).
+
+        Returns:
+            features: int64 (N, P + 1, 56); row 0 is the module as given, row i + 1 after ``pipelines[i]``.
+                Rows of a failed module are zero.
+            errors: N entries, None or the module's error (InvalidIRError, PassCrashError, PassTimeoutError).
+        ``progress``, if given, is called with the number of (module, pipeline) runs finished.
+        """
+        pipelines = [check_pipeline(p) for p in pipelines]
+        n, rows = len(bitcodes), len(pipelines) + 1
+        names = list(names) if names is not None else [f"module[{i}]" for i in range(n)]
+        features = np.zeros((n, rows, NUM_AUTOPHASE), dtype=np.int64)
+        errors: List[Optional[BPQError]] = [None] * n
+        if n == 0:
+            return features, errors
+        if self.workers == 0:
+            out, messages = native.autophase_after(list(bitcodes), pipelines, self.threads)
+            features[:] = out
+            for i, message in enumerate(messages):
+                if message:
+                    errors[i] = InvalidIRError(f"{names[i]}: {message}")
+            if progress:
+                progress(n * len(pipelines))
+            return features, errors
+
+        def on_reply(task: _Task, reply) -> None:
+            status, value = reply
+            if status != "ok":
+                for m in task.modules:
+                    errors[m] = errors[m] or InvalidIRError(f"{names[m]}: {value}")
+                return
+            out, messages = value
+            lo = 1 + task.first_pipeline
+            for k, m in enumerate(task.modules):
+                if messages[k]:
+                    errors[m] = errors[m] or InvalidIRError(f"{names[m]}: {messages[k]}")
+                features[m, 0] = out[k, 0]
+                features[m, lo:lo + task.pipeline_count] = out[k, 1:]
+            if progress:
+                progress(len(task.modules) * task.pipeline_count)
+
+        def on_failure(task: _Task, worker: _Worker, culprit: Optional[Tuple[int, int]], timed_out: bool
+                       ) -> List[_Task]:
+            if culprit is None:  # several threads were busy: isolate module by module, then thread by thread
+                if len(task.modules) > 1:
+                    return [self._after_task(bitcodes, pipelines, [m], task.first_pipeline, task.pipeline_count)
+                            for m in task.modules]
+                if task.request[3] > 1:
+                    return [self._after_task(bitcodes, pipelines, task.modules, task.first_pipeline,
+                                             task.pipeline_count, threads=1)]
+            local_module, local_pipeline = culprit if culprit is not None else (0, -1)
+            m = task.modules[local_module]
+            index = task.first_pipeline + local_pipeline if local_pipeline >= 0 else None
+            errors[m] = errors[m] or self._engine_error(
+                worker, timed_out, names[m], pipelines[index] if index is not None else None, index)
+            rest = [x for x in task.modules if x != m and errors[x] is None]
+            if progress:
+                progress(task.pipeline_count)
+            if not rest:
+                return []
+            return [self._after_task(bitcodes, pipelines, rest, task.first_pipeline, task.pipeline_count)]
+
+        tasks = self._plan(bitcodes, pipelines)
+        self._execute(tasks, on_reply, on_failure, skip=lambda t: all(errors[m] is not None for m in t.modules))
+        for m, error in enumerate(errors):
+            if error is not None:
+                features[m] = 0
+        return features, errors
+
+    def autophase_tree(self, roots: Sequence[bytes], parents: Sequence[int], edges: Sequence[str], *,
+                       wanted: Optional[Sequence[bool]] = None, keep: Optional[Sequence[bool]] = None,
+                       names: Optional[Sequence[str]] = None,
+                       ) -> Tuple[np.ndarray, Dict[int, bytes], List[Optional[BPQError]]]:
+        """Evaluate pass sequences that share prefixes as a tree (the probe search's hot loop).
+
+        Node k applies pipeline ``edges[k]`` to the state of its parent: node ``parents[k]`` if >= 0, else
+        ``roots[-parents[k] - 1]`` (bitcode). Parents come before children. A sequence evaluated this way
+        gives the same module as the sequence applied from scratch, while shared prefixes run once.
+
+        Args:
+            wanted: nodes whose Autophase vector is wanted (default: all).
+            keep: nodes whose bitcode is returned (default: none).
+            names: one name per root, for error messages.
+
+        Returns:
+            features: int64 (K, 56), zero where not wanted or failed.
+            kept: {node: bitcode} for kept nodes that succeeded.
+            errors: K entries, None or the error of the node (a failed node fails its subtree; a crash or
+                timeout is charged to the node that was running and the rest of its tree is retried).
+        """
+        k = len(parents)
+        if len(edges) != k:
+            raise ValueError("autophase_tree: need one edge per node")
+        wanted = [True] * k if wanted is None else [bool(x) for x in wanted]
+        keep = [False] * k if keep is None else [bool(x) for x in keep]
+        if len(wanted) != k or len(keep) != k:
+            raise ValueError("autophase_tree: wanted and keep need one entry per node")
+        edges = [check_pipeline(p) for p in edges]
+        parents = [int(p) for p in parents]
+        for i, p in enumerate(parents):
+            if not -len(roots) <= p < i:
+                raise ValueError(f"autophase_tree: node {i} has parent {p}; parents must come first")
+        names = list(names) if names is not None else [f"module[{r}]" for r in range(len(roots))]
+        features = np.zeros((k, NUM_AUTOPHASE), dtype=np.int64)
+        kept: Dict[int, bytes] = {}
+        errors: List[Optional[BPQError]] = [None] * k
+        if k == 0:
+            return features, kept, errors
+        children: List[List[int]] = [[] for _ in range(k)]
+        root_of = [0] * k
+        for i, p in enumerate(parents):
+            if p >= 0:
+                children[p].append(i)
+                root_of[i] = root_of[p]
+            else:
+                root_of[i] = -p - 1
+
+        def task_for(nodes: List[int], threads: Optional[int] = None) -> _Task:
+            task_roots = list(dict.fromkeys(root_of[i] for i in nodes))
+            local_root = {r: j for j, r in enumerate(task_roots)}
+            local = {n: j for j, n in enumerate(nodes)}
+            request = ("tree", [bytes(roots[r]) for r in task_roots],
+                       [local[parents[i]] if parents[i] >= 0 else -local_root[root_of[i]] - 1 for i in nodes],
+                       [edges[i] for i in nodes], [wanted[i] for i in nodes], [keep[i] for i in nodes],
+                       threads or self.threads)
+            return _Task(request, modules=task_roots, nodes=nodes)
+
+        def fail(node: int, error: BPQError) -> None:
+            stack = [node]
+            while stack:
+                n = stack.pop()
+                errors[n] = errors[n] or error
+                stack += children[n]
+
+        def on_reply(task: _Task, reply) -> None:
+            status, value = reply
+            if status != "ok":
+                for n in task.nodes:
+                    errors[n] = errors[n] or InvalidIRError(f"{names[root_of[n]]}: {value}")
+                return
+            out, task_kept, messages = value
+            for j, n in enumerate(task.nodes):
+                if messages[j]:
+                    errors[n] = errors[n] or InvalidIRError(f"{names[root_of[n]]}: {messages[j]}")
+                else:
+                    features[n] = out[j]
+            for j, bitcode in task_kept.items():
+                kept[task.nodes[j]] = bitcode
+
+        def on_failure(task: _Task, worker: _Worker, culprit: Optional[Tuple[int, int]], timed_out: bool
+                       ) -> List[_Task]:
+            if culprit is None or culprit[1] < 0:
+                if len(task.modules) > 1 or task.request[-1] > 1:  # isolate root by root, one thread each
+                    return [task_for([n for n in task.nodes if root_of[n] == r], threads=1) for r in task.modules]
+                culprit = (0, 0)
+            node = task.nodes[culprit[1]]
+            fail(node, self._engine_error(worker, timed_out, names[root_of[node]], edges[node], node))
+            rest = [n for n in task.nodes if errors[n] is None]
+            return [task_for(rest)] if rest else []
+
+        # Units of work are the subtrees under each root's first nodes; they go into tasks of similar cost
+        # (root bitcode size x pipeline text below), so a large module's tree spreads over the workers.
+        units: Dict[int, List[int]] = {}
+        top_of = [0] * k
+        for i, p in enumerate(parents):
+            top_of[i] = i if p < 0 else top_of[p]
+            units.setdefault(top_of[i], []).append(i)
+        cost = {u: float(len(roots[root_of[u]])) * sum(len(edges[i]) for i in nodes) for u, nodes in units.items()}
+        target = sum(cost.values()) / (max(1, self.workers) * 8)
+        tasks: List[_Task] = []
+        group: List[int] = []
+        group_cost = 0.0
+        for u in sorted(units, key=lambda u: -cost[u]):  # largest first
+            group += units[u]
+            group_cost += cost[u]
+            if group_cost >= target:
+                tasks.append(task_for(sorted(group)))
+                group, group_cost = [], 0.0
+        if group:
+            tasks.append(task_for(sorted(group)))
+
+        if self.workers == 0:
+            for task in tasks:
+                on_reply(task, ("ok", native.autophase_tree(*task.request[1:])))
+        else:
+            self._execute(tasks, on_reply, on_failure)
+        for i, error in enumerate(errors):
+            if error is not None:
+                features[i] = 0
+                kept.pop(i, None)
+        return features, kept, errors
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _after_task(self, bitcodes, pipelines, modules, first, count, threads=None) -> _Task:
+        request = ("after", [bitcodes[m] for m in modules], list(pipelines[first:first + count]),
+                   threads or self.threads)
+        return _Task(request, list(modules), first, count)
+
+    def _plan(self, bitcodes: Sequence[bytes], pipelines: Sequence[str]) -> List[_Task]:
+        """Split a batch into tasks of similar cost (bitcode size x pipelines): large modules have their
+        pipelines spread over several tasks, small ones are grouped so process hops stay rare."""
+        p = len(pipelines)
+        sizes = [max(len(b), 1) for b in bitcodes]
+        slots = max(1, self.workers)
+        target = max(sum(sizes) * max(p, 1) / (slots * 8), 200_000 * max(p, 1) / 8)
+        tasks: List[_Task] = []
+        group: List[int] = []
+        group_cost = 0.0
+        for m, size in enumerate(sizes):
+            cost = size * max(p, 1)
+            if cost > target and p > 1:
+                chunks = min(p, int(np.ceil(cost / target)))
+                bounds = np.linspace(0, p, chunks + 1).round().astype(int)
+                tasks += [self._after_task(bitcodes, pipelines, [m], int(a), int(b - a))
+                          for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+                continue
+            group.append(m)
+            group_cost += cost
+            if group_cost >= target or len(group) >= 64:
+                tasks.append(self._after_task(bitcodes, pipelines, group, 0, p))
+                group, group_cost = [], 0.0
+        if group:
+            tasks.append(self._after_task(bitcodes, pipelines, group, 0, p))
+        # Longest first, so a big module does not start last and leave other workers idle.
+        tasks.sort(key=lambda t: -sum(sizes[m] for m in t.modules) * t.pipeline_count)
+        return tasks
+
+    def _engine_error(self, worker: _Worker, timed_out: bool, name: str, pipeline: Optional[str],
+                      index: Optional[int]) -> EngineError:
+        where = f" (pipeline {index})" if index is not None else ""
+        if timed_out:
+            return PassTimeoutError(f"{name}: pass pipeline{where} ran past {self.timeout:g} s and was killed",
+                                    module=name, pipeline=pipeline, pipeline_index=index)
+        stderr = worker.stderr_tail()
+        detail = f"; stderr: {stderr}" if stderr else ""
+        return PassCrashError(f"{name}: LLVM crashed{where}, worker {worker.exit_description()}{detail}",
+                              module=name, pipeline=pipeline, pipeline_index=index, detail=stderr)
+
+    def _in_process(self, call, invalid):
+        try:
+            return call()
+        except native.InputError as exc:
+            raise invalid(str(exc)) from None
+
+    def _single(self, request: tuple, name: str, pipeline: Optional[str], invalid) -> bytes:
+        result: List = []
+        failure: List[BPQError] = []
+
+        def on_reply(task, reply):
+            status, value = reply
+            if status == "ok":
+                result.append(value)
+            else:
+                failure.append(invalid(f"{name}: {value}"))
+
+        def on_failure(task, worker, culprit, timed_out):
+            failure.append(self._engine_error(worker, timed_out, name, pipeline, None))
+            return []
+
+        self._execute([_Task(request)], on_reply, on_failure)
+        if failure:
+            raise failure[0]
+        return result[0]
+
+    def _execute(self, tasks: List[_Task], on_reply, on_failure, skip=lambda task: False) -> None:
+        """Run tasks on the pool until all have a reply or a failure; failures may return tasks to retry."""
+        with self._lock:
+            queue: Deque[_Task] = deque(tasks)
+            busy: Dict[int, _Worker] = {}
+            try:
+                while queue or busy:
+                    while queue:
+                        task = queue.popleft()
+                        if skip(task):
+                            continue
+                        worker = self._idle_worker(busy)
+                        if worker is None:
+                            queue.appendleft(task)
+                            break
+                        try:
+                            worker.start(task)
+                            busy[worker.fd] = worker
+                        except _WorkerDied:
+                            queue.extend(self._fail(worker, task, on_failure, timed_out=False))
+                    readable, _, _ = select.select(list(busy), [], [], 0.05)
+                    for fd in readable:
+                        worker = busy[fd]
+                        task = worker.task
+                        try:
+                            reply = worker.read()
+                        except _WorkerDied:
+                            del busy[fd]
+                            queue.extend(self._fail(worker, task, on_failure, timed_out=False))
+                            continue
+                        if reply is not None:
+                            del busy[fd]
+                            on_reply(task, reply)
+                    now = time.monotonic()
+                    for fd, worker in list(busy.items()):
+                        stuck = worker.stuck(self.timeout, now)
+                        overdue = worker.task.request[0] == "prepare" and worker.elapsed(now) > self.timeout
+                        if stuck is not None or overdue:
+                            del busy[fd]
+                            task = worker.task
+                            worker.kill()
+                            queue.extend(self._fail(worker, task, on_failure, timed_out=True, culprit=stuck))
+            finally:
+                for worker in busy.values():  # interrupted: do not leave work running
+                    self._replace(worker)
+
+    def _fail(self, worker: _Worker, task: _Task, on_failure, timed_out: bool, culprit=None) -> List[_Task]:
+        if culprit is None and not timed_out:
+            active = worker.active()
+            culprit = active[0] if len(active) == 1 else None
+        retry = on_failure(task, worker, culprit, timed_out)  # may wait for the exit status first
+        self._replace(worker)
+        return retry
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        worker.close()
+        self._pool.remove(worker)
+        self.restarts += 1
+
+    def _idle_worker(self, busy: Dict[int, _Worker]) -> Optional[_Worker]:
+        for worker in self._pool:
+            if worker.fd not in busy:
+                return worker
+        if len(self._pool) < self.workers:
+            worker = _Worker(self.threads)
+            self._pool.append(worker)
+            return worker
+        return None
+
+
+_default_engine: Optional[Engine] = None
+_default_lock = threading.Lock()
+
+
+def default_engine() -> Engine:
+    """The shared engine used when a function gets no ``engine=`` (created on first use)."""
+    global _default_engine
+    with _default_lock:
+        if _default_engine is None:
+            _default_engine = Engine()
+            atexit.register(_default_engine.close)
+        return _default_engine

@@ -1,0 +1,113 @@
+"""LLVM IR modules: loading from files or bytes, preparation, serialization."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from behavioral_pq.core._native_loader import native
+from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.toolchain import compile_to_bitcode, language_of
+from behavioral_pq.errors import InvalidIRError
+
+BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
+IR_SUFFIXES = (".ll", ".bc")
+
+
+class Module:
+    """An LLVM IR module, prepared as CompilerGym does (debug info stripped, named metadata erased), with its
+    source file name cleared (one program at two paths is one module), held as bitcode. Immutable: passes return a new Module (see :func:`behavioral_pq.optimize`).
+
+    Build one with :func:`load_module`. Attributes: ``name`` (for messages), ``source`` (path it came from,
+    or None), ``bitcode`` (bytes), ``sha256`` (of the bitcode), ``instruction_count``.
+    """
+
+    def __init__(self, bitcode: bytes, name: str = "module", source: Optional[str] = None):
+        self._bitcode = bytes(bitcode)
+        self.name = name
+        self.source = source
+
+    @property
+    def bitcode(self) -> bytes:
+        return self._bitcode
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self._bitcode).hexdigest()
+
+    @functools.cached_property
+    def instruction_count(self) -> int:
+        """Number of IR instructions (Autophase's TotalInsts)."""
+        return int(native.instruction_count(self._bitcode))
+
+    def text(self) -> str:
+        """The module as textual LLVM IR."""
+        return native.to_text(self._bitcode)
+
+    def verify(self, engine: Optional[Engine] = None) -> "Module":
+        """Run LLVM's verifier on the module (in a worker); returns self, raises InvalidIRError when broken."""
+        (engine or default_engine()).prepare(self._bitcode, self.name)
+        return self
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        """Write ``.bc`` (bitcode) or any other suffix as text IR."""
+        path = Path(path)
+        if path.suffix == ".bc":
+            path.write_bytes(self._bitcode)
+        else:
+            path.write_text(self.text())
+        return path
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Module) and other._bitcode == self._bitcode
+
+    def __hash__(self) -> int:
+        return hash(self.sha256)
+
+    def __repr__(self) -> str:
+        return f"Module({self.name!r}, {self.instruction_count} instructions)"
+
+
+ModuleLike = Union[Module, str, os.PathLike, bytes, bytearray]
+
+
+def load_module(source: ModuleLike, *, name: Optional[str] = None, language: Optional[str] = None,
+                flags: Sequence[str] = (), engine: Optional[Engine] = None) -> Module:
+    """Load and prepare an LLVM module.
+
+    Args:
+        source: a path to ``.ll``, ``.bc`` or a C/C++ file (compiled with ``clang-19 -O1 -Xclang
+            -disable-llvm-passes -g0 -emit-llvm``); bytes of bitcode or IR text; a string holding IR text
+            (anything with a newline); or a Module (returned as is).
+        name: shown in messages (default: the file name).
+        language, flags: for C/C++ sources: ``"c"`` or ``"c++"`` (default from the suffix) and extra clang flags.
+        engine: where parsing runs (default: the shared protected engine).
+
+    Raises:
+        FileNotFoundError: no such file. InvalidIRError: not valid LLVM IR. CompileError: clang failed.
+    """
+    if isinstance(source, Module):
+        return source
+    engine = engine or default_engine()
+    path: Optional[Path] = None
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    elif isinstance(source, str) and "\n" in source:
+        data = source.encode()
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"no such file: {path}" if not path.exists() else f"not a file: {path}")
+        if language or (path.suffix not in IR_SUFFIXES and language_of(path)):
+            data = compile_to_bitcode(path, language=language, flags=flags)
+        else:
+            data = path.read_bytes()
+    else:
+        raise TypeError(f"cannot load a module from {type(source).__name__}")
+    label = name or (path.name if path else "module")
+    if not data.strip():
+        raise InvalidIRError(f"{label}: empty input")
+    return Module(engine.prepare(data, label), name=label, source=str(path) if path else None)

@@ -1,0 +1,122 @@
+"""The one wrapper around external LLVM tools (clang-19, llvm-link-19, ...): argument lists, never a shell,
+a timeout, and the tool's stderr in every error."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Optional, Sequence
+
+from behavioral_pq.errors import CompileError, ToolError, ToolNotFoundError, ToolTimeoutError
+
+logger = logging.getLogger(__name__)
+
+LLVM_BIN_DIRS = ("/usr/lib/llvm-19/bin",)
+C_SUFFIXES = {".c": "c", ".i": "c"}
+CXX_SUFFIXES = {".cc": "c++", ".cpp": "c++", ".cxx": "c++", ".c++": "c++", ".C": "c++", ".ii": "c++"}
+#: How the design builds IR: optimizations enabled for the front end's IR shape, no LLVM passes, no debug info.
+CLANG_IR_FLAGS = ("-O1", "-Xclang", "-disable-llvm-passes", "-g0", "-emit-llvm")
+
+
+@functools.lru_cache(maxsize=None)
+def find_tool(name: str) -> str:
+    """Absolute path of an LLVM 19 tool: ``$BPQ_<NAME>``, ``<name>-19`` on PATH, or LLVM 19's bin directory."""
+    env = os.environ.get("BPQ_" + name.upper().replace("-", "_"))
+    if env:
+        return env
+    for candidate in (f"{name}-19", name):
+        found = shutil.which(candidate)
+        if found and (candidate.endswith("-19") or any(found.startswith(d) for d in LLVM_BIN_DIRS)):
+            return found
+    for directory in LLVM_BIN_DIRS:
+        path = Path(directory, name)
+        if path.exists():
+            return str(path)
+    raise ToolNotFoundError(f"{name}-19 not found; install LLVM 19 (apt-get install clang-19 llvm-19)")
+
+
+def run_tool(argv: Sequence[str], *, timeout: float = 120.0, input: Optional[bytes] = None,
+             cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Run a tool; raise ToolTimeoutError past ``timeout`` and ToolError on a non-zero exit (stderr included)."""
+    argv = [str(a) for a in argv]
+    logger.debug("running %s", argv)
+    try:
+        proc = subprocess.run(argv, input=input, capture_output=True, timeout=timeout, cwd=cwd, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ToolTimeoutError(f"{Path(argv[0]).name} timed out after {timeout:g} s") from exc
+    except FileNotFoundError as exc:
+        raise ToolNotFoundError(f"{argv[0]} not found") from exc
+    if proc.returncode != 0:
+        stderr = proc.stderr.decode(errors="replace").strip()
+        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}: {_tail(stderr)}")
+    return proc
+
+
+def language_of(path: Path) -> Optional[str]:
+    """``"c"``, ``"c++"`` or None from a file suffix."""
+    return C_SUFFIXES.get(path.suffix) or CXX_SUFFIXES.get(path.suffix)
+
+
+def compile_to_bitcode(source: Path, *, language: Optional[str] = None, flags: Sequence[str] = (),
+                       timeout: float = 120.0, cwd: Optional[str] = None) -> bytes:
+    """Compile one C/C++ translation unit to bitcode with ``clang-19 -O1 -Xclang -disable-llvm-passes -g0``.
+
+    ``cwd`` is the directory clang runs in (relative ``-I`` paths of a recorded build resolve against it)."""
+    language = language or language_of(source)
+    if language is None:
+        raise CompileError(f"{source}: cannot tell the language from the suffix; pass language='c' or 'c++'")
+    argv = [find_tool("clang"), "-x", language, *CLANG_IR_FLAGS, *flags, "-c", str(source), "-o", "-"]
+    try:
+        return run_tool(argv, timeout=timeout, cwd=cwd).stdout
+    except ToolError as exc:
+        raise CompileError(f"{source}: {exc}") from None
+
+
+def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, timeout: float = 120.0) -> str:
+    """x86-64 assembly from ``llc-19 -O<opt_level> --relocation-model=pic`` (PIC because the distribution's clang
+    links position-independent executables). Raises ToolError with llc's stderr."""
+    if opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
+    argv = [find_tool("llc"), f"-O{opt_level}", "--relocation-model=pic", "-filetype=asm", "-o", "-", "-"]
+    if cpu:
+        argv.insert(1, f"-mcpu={cpu}")
+    return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
+
+
+def opt_bitcode(bitcode: bytes, level: str = "O3", *, timeout: float = 120.0) -> bytes:
+    """``opt-19 -<level>`` with the module's target machine (vectorizers get the real vector width, which the
+    in-process engine, built without a target machine, does not give them)."""
+    if level not in ("O0", "O1", "O2", "O3", "Os", "Oz"):
+        raise ValueError(f"opt level must be one of O0..O3, Os, Oz, got {level!r}")
+    return run_tool([find_tool("opt"), f"-{level}", "-o", "-", "-"], input=bitcode, timeout=timeout).stdout
+
+
+def llvm_tool_version(name: str = "llc") -> str:
+    """The version an LLVM tool reports ("19.1.7"), from ``NAME --version``."""
+    text = run_tool([find_tool(name), "--version"], timeout=30).stdout.decode(errors="replace")
+    words = text.split("version", 1)
+    if len(words) < 2 or not words[1].split():
+        raise ToolError(f"{name} --version: no version in its output ({text.strip()[:200]!r})")
+    return words[1].split()[0]
+
+
+def assemble(assembly: str, output: Path, *, executable: bool, timeout: float = 120.0) -> Path:
+    """Assemble ``assembly`` (AT&T x86-64 text) with clang into ``output``: an executable linked with libm when
+    ``executable``, else an object file. The assembly goes through a scratch file beside ``output``."""
+    output = Path(output)
+    scratch = output.with_name(output.name + ".bpq-tmp.s")
+    scratch.write_text(assembly)
+    try:
+        argv = [find_tool("clang"), str(scratch), "-o", str(output)] + (["-lm"] if executable else ["-c"])
+        run_tool(argv, timeout=timeout)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return output
+
+
+def _tail(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]

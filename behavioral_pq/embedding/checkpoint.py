@@ -1,0 +1,162 @@
+"""Encoder checkpoints: one folder that holds everything ``embed`` needs, verified on load.
+
+Layout::
+
+    config.json          format and version; versions of behavioral_pq, LLVM, torch, faiss; model config;
+                         pooling; feature names; probe-set name and hash; corpus description; seed; training
+                         summary; sha256 of every other file; a digest of its own content
+    probes.json          the probe set the spectra are measured with
+    quantizer.npz        the product quantizer (see behavioral_pq.embedding.quantizer)
+    model.safetensors    PQ-BERT weights (float32, or float16 to keep the file small)
+
+Loading refuses, with a message naming the file: a missing folder or file, a checksum mismatch, a format version
+this package does not read, a checkpoint made with another LLVM major version (the spectra would differ), another
+feature schema, a probe set whose hash differs from the one recorded, and weights that do not fit the model config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from behavioral_pq.artifacts import atomic_path, check_seal, file_checksums, seal, sha256_file, versions
+from behavioral_pq.core._native_loader import LLVM_MAJOR
+from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.embedding.model import PQBert, PQBertConfig
+from behavioral_pq.embedding.probes import load_probes
+from behavioral_pq.embedding.quantizer import Quantizer, QuantizerError
+from behavioral_pq.errors import CheckpointError, ProbeSetError
+
+FORMAT = "bpq-encoder"
+FORMAT_VERSION = 1
+FILES = ("probes.json", "quantizer.npz", "model.safetensors")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: the model (eval mode, float32, CPU), its quantizer and probe set, and config.json."""
+
+    model: object
+    quantizer: object
+    probe_set: object
+    config: dict
+    path: Path
+
+
+def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, corpus: dict, seed: int,
+                 training: Optional[dict] = None, pooling: str = "mean", dtype: str = "float32",
+                 reaction: str = "log-relative") -> Path:
+    """Write an encoder checkpoint folder (replacing an existing one at ``path`` only once complete).
+
+    Args:
+        model: a PQBert.
+        dtype: "float32" (bit-identical round trip) or "float16" (half the size; loaded back as float32).
+        reaction: how the quantizer's rows are expressed ("log-relative", or "absolute" for the ablation).
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
+    if model.config.num_probes != probe_set.num_probes:
+        raise ValueError(f"model reads {model.config.num_probes} probes, the probe set has {probe_set.num_probes}")
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.mkdir()
+        probe_set.save(tmp / "probes.json")
+        quantizer.save(tmp / "quantizer.npz")
+        weights = {k: v.detach().to("cpu", getattr(torch, dtype)).contiguous()
+                   for k, v in model.state_dict().items()}
+        save_file(weights, str(tmp / "model.safetensors"))
+        os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it owner-only
+        config = {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(), "llvm_major": LLVM_MAJOR,
+            "model": model.config.to_dict(), "pooling": pooling, "reaction": reaction, "weights_dtype": dtype,
+            "feature_names": list(AUTOPHASE_FEATURES),
+            "probe_set": {"name": probe_set.name, "hash": probe_set.hash, "num_probes": probe_set.num_probes},
+            "quantizer": {"num_subspaces": quantizer.num_subspaces, "bits": quantizer.bits,
+                          "rows_fit": quantizer.num_rows_fit_},
+            "corpus": corpus, "seed": seed, "training": training or {},
+            "files": file_checksums(tmp, FILES),
+        }
+        (tmp / "config.json").write_text(json.dumps(seal(config), indent=2) + "\n")
+    return path
+
+
+def read_checkpoint_config(path: Union[str, os.PathLike]) -> dict:
+    """config.json of a checkpoint folder, format-checked (no other file is read)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint folder")
+    config_path = path / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{config_path}: missing (not a checkpoint folder?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{config_path}: unreadable ({exc})") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(f"{config_path}: not an encoder checkpoint")
+    if config.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{config_path}: checkpoint format version {config.get('format_version')} is not "
+                              f"supported (this package reads version {FORMAT_VERSION})")
+    check_seal(config, config_path, CheckpointError)
+    return config
+
+
+def load_checkpoint(path: Union[str, os.PathLike]) -> Checkpoint:
+    """Load and verify a checkpoint folder (see the module docstring for what is checked)."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    config = read_checkpoint_config(path)
+    try:
+        if config["llvm_major"] != LLVM_MAJOR:
+            raise CheckpointError(f"{path}: made with LLVM {config['llvm_major']}, this build uses LLVM "
+                                  f"{LLVM_MAJOR}; spectra differ across LLVM versions, so its embeddings would be "
+                                  f"meaningless (retrain, or use a build for LLVM {config['llvm_major']})")
+        if config["feature_names"] != list(AUTOPHASE_FEATURES):
+            raise CheckpointError(f"{path}: made for another Autophase feature schema")
+        for name in FILES:
+            file = path / name
+            if not file.is_file():
+                raise CheckpointError(f"{file}: missing")
+            if sha256_file(file) != config["files"][name]:
+                raise CheckpointError(f"{file}: checksum mismatch (corrupt or edited file)")
+        try:
+            probe_set = load_probes(path / "probes.json")
+        except ProbeSetError as exc:
+            raise CheckpointError(f"{path / 'probes.json'}: {exc}") from None
+        if probe_set.hash != config["probe_set"]["hash"]:
+            raise CheckpointError(f"{path / 'probes.json'}: probe set {probe_set.hash[:12]} is not the one the "
+                                  f"model was trained with ({config['probe_set']['hash'][:12]})")
+        try:
+            quantizer = Quantizer.load(path / "quantizer.npz")
+        except QuantizerError as exc:
+            raise CheckpointError(str(exc)) from None
+        model_config = PQBertConfig.from_dict(config["model"])
+        if model_config.num_probes != probe_set.num_probes or model_config.num_subspaces != quantizer.num_subspaces:
+            raise CheckpointError(f"{path}: model config does not fit its probe set or quantizer")
+        try:
+            weights = load_file(str(path / "model.safetensors"))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path / 'model.safetensors'}: unreadable ({exc})") from None
+        model = PQBert(model_config)
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        found = {k: tuple(v.shape) for k, v in weights.items()}
+        if expected != found:
+            raise CheckpointError(f"{path / 'model.safetensors'}: weights do not fit the model config "
+                                  f"(missing {sorted(set(expected) - set(found))[:3]}, "
+                                  f"unexpected {sorted(set(found) - set(expected))[:3]})")
+        model.load_state_dict({k: v.to(torch.float32) for k, v in weights.items()})
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path / 'config.json'}: incomplete ({type(exc).__name__}: {exc})") from None
+    model.eval()
+    return Checkpoint(model, quantizer, probe_set, config, path)

@@ -1,0 +1,220 @@
+"""``embed``: module -> spectrum (native core) -> codes (quantizer) -> PQ-BERT -> embedding.
+
+    >>> import behavioral_pq as bpq
+    >>> encoder = bpq.load_encoder()                 # the shipped checkpoint (cached)
+    >>> encoder.embed(module).shape                  # float32 (D,)
+    >>> bpq.embed_many(modules, workers=2).shape     # float32 (N, D); NaN rows for modules that failed
+    >>> encoder.embed_batch(modules).errors          # per module: None, or why it could not be embedded
+
+Embeddings are deterministic: the encoder runs in eval mode, in float32 on the CPU, one module per forward pass, so
+``embed_many(ms)`` equals ``np.stack([embed(m) for m in ms])`` bit for bit and does not depend on batch sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.module import load_module
+from behavioral_pq.embedding.checkpoint import load_checkpoint
+from behavioral_pq.embedding.spectrum import as_reaction, spectra
+from behavioral_pq.errors import BPQError
+
+logger = logging.getLogger(__name__)
+
+POOLINGS = ("mean", "cls")
+
+
+def shipped(name: str) -> Path:
+    """A shipped model folder: installed inside the package, or ``checkpoints/`` of a source checkout."""
+    package = Path(__file__).resolve().parents[1]
+    inside = package / "data" / "checkpoints" / name
+    if inside.is_dir():
+        return inside
+    return package.parent / "checkpoints" / name
+
+
+def default_checkpoint() -> Path:
+    """The shipped encoder."""
+    return shipped("pqbert-small-s0")
+
+
+@dataclass(frozen=True)
+class EmbeddingBatch:
+    """What :meth:`Encoder.embed_batch` returns.
+
+    Attributes:
+        embeddings: float32 (N, D); row i is NaN where ``errors[i]`` is not None.
+        errors: one entry per module: None, or the exception that kept it from being embedded.
+    """
+
+    embeddings: np.ndarray
+    errors: Tuple[Optional[BaseException], ...]
+
+    @property
+    def ok(self) -> np.ndarray:
+        """bool (N,): which modules were embedded."""
+        return np.array([e is None for e in self.errors], dtype=bool)
+
+
+class Encoder:
+    """A loaded checkpoint that embeds modules.
+
+    Attributes:
+        model: PQ-BERT (eval mode, float32, CPU).
+        quantizer: the checkpoint's Quantizer.
+        probe_set: the probe set its spectra are measured with.
+        config: the checkpoint's config.json.
+        pooling: "mean" (mean of the P probe states, the default) or "cls" (the [CLS] state).
+        reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method) or "absolute"
+            (an ablation; such an encoder needs the modules' original Autophase, see :meth:`embed_spectra`).
+    """
+
+    def __init__(self, checkpoint, pooling: Optional[str] = None):
+        self.model, self.quantizer, self.probe_set = checkpoint.model, checkpoint.quantizer, checkpoint.probe_set
+        self.config, self.path = checkpoint.config, checkpoint.path
+        self.pooling = pooling or checkpoint.config.get("pooling", "mean")
+        self.reaction = checkpoint.config.get("reaction", "log-relative")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+
+    @property
+    def dim(self) -> int:
+        """D, the embedding size (the model's hidden size)."""
+        return self.model.config.hidden_size
+
+    def __repr__(self) -> str:
+        return (f"Encoder({self.path}, D={self.dim}, probes={self.probe_set.name} "
+                f"[{self.probe_set.hash[:12]}], pooling={self.pooling})")
+
+    # -- from measurements ---------------------------------------------------------------------------------------
+
+    def codes(self, spectra: np.ndarray) -> np.ndarray:
+        """Codes of spectra: float32 (N, P, 56) -> uint8 (N, P, M)."""
+        spectra = np.asarray(spectra, dtype=np.float32)
+        p = self.probe_set.num_probes
+        if spectra.ndim != 3 or spectra.shape[1:] != (p, 56):
+            raise ValueError(f"spectra must have shape (N, {p}, 56), got {spectra.shape}")
+        n = len(spectra)
+        return self.quantizer.encode(spectra.reshape(n * p, 56)).reshape(n, p, -1)
+
+    def embed_codes(self, codes: np.ndarray, batch_size: int = 1) -> np.ndarray:
+        """Embeddings of codes: uint8 (N, P, M) -> float32 (N, D).
+
+        ``batch_size=1`` (the default) runs one module per forward pass, so a module's embedding never depends on
+        what it is batched with. Larger batches are several times faster on a loaded CPU; they may differ from
+        it in the last bits (used for bulk evaluation data, see ``datasets.embeddings``).
+        """
+        import torch
+
+        codes = np.asarray(codes)
+        out = np.zeros((len(codes), self.dim), np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(codes), batch_size):
+                x = torch.from_numpy(codes[start:start + batch_size].astype(np.int64))       # (b, P, M)
+                out[start:start + len(x)] = self.model.embed(x, self.pooling).numpy()
+        return out
+
+    def embed_spectra(self, spectra: np.ndarray, original: Optional[np.ndarray] = None, batch_size: int = 1
+                      ) -> np.ndarray:
+        """Embeddings of log-relative spectra: float32 (N, P, 56) -> float32 (N, D).
+
+        Args:
+            original: int (N, 56), the modules' Autophase before the probes; needed only by an encoder whose
+                ``reaction`` is "absolute".
+            batch_size: modules per forward pass (see :meth:`embed_codes`).
+        """
+
+        if self.reaction != "log-relative":
+            if original is None:
+                raise ValueError(f"{self.path}: this encoder reads {self.reaction} reactions; pass the modules' "
+                                 "original Autophase as `original`")
+            spectra = as_reaction(np.asarray(original)[:, None, :], spectra, self.reaction)
+        return self.embed_codes(self.codes(spectra), batch_size)
+
+    # -- from modules --------------------------------------------------------------------------------------------
+
+    def embed(self, module) -> np.ndarray:
+        """Embedding of one module (a Module, or a path / bytes that ``load_module`` takes): float32 (D,).
+
+        Raises:
+            InvalidIRError, CompileError, PassCrashError, PassTimeoutError: the module could not be measured.
+        """
+
+        batch = spectra([module], self.probe_set)
+        batch.raise_first()
+        return self.embed_spectra(batch.spectra, batch.autophase[:, 0])[0]
+
+    def embed_many(self, modules: Sequence, *, workers: Optional[int] = None, progress: bool = False) -> np.ndarray:
+        """Embeddings of many modules: float32 (N, D), row i for modules[i]; a row of NaN for a module that could
+        not be loaded or measured (see :meth:`embed_batch` for the errors)."""
+        return self.embed_batch(modules, workers=workers, progress=progress).embeddings
+
+    def embed_batch(self, modules: Sequence, *, workers: Optional[int] = None,
+                    progress: bool = False) -> EmbeddingBatch:
+        """Embeddings of many modules with what went wrong: a module that cannot be loaded or measured gets a row
+        of NaN, its error in ``errors`` and a logged warning; the others complete.
+
+        Args:
+            workers: engine worker processes for the spectra (None: the default engine).
+        """
+        problems: List[Optional[BaseException]] = [None] * len(modules)
+        engine = Engine(workers) if workers is not None else default_engine()
+        try:
+            loaded = []
+            for i, m in enumerate(modules):
+                try:
+                    loaded.append((i, load_module(m, engine=engine)))
+                except (BPQError, OSError) as exc:
+                    problems[i] = exc
+            batch = spectra([m for _, m in loaded], self.probe_set, engine=engine, progress=progress)
+        finally:
+            if workers is not None:
+                engine.close()
+        out = np.full((len(modules), self.dim), np.nan, np.float32)
+        measured = [(i, k) for k, (i, _) in enumerate(loaded) if batch.errors[k] is None]
+        for k, (i, _) in enumerate(loaded):
+            problems[i] = problems[i] or batch.errors[k]
+        if measured:
+            rows = [k for _, k in measured]
+            values = self.embed_spectra(batch.spectra[rows], batch.autophase[rows, 0])
+            out[[i for i, _ in measured]] = values
+        for i, problem in enumerate(problems):
+            if problem is not None:
+                logger.warning("embed_many: module %d failed: %s", i, problem)
+        return EmbeddingBatch(out, tuple(problems))
+
+
+_default: Optional[Encoder] = None
+_lock = threading.Lock()
+
+
+def load_encoder(path: Union[str, os.PathLike, None] = None, *, pooling: Optional[str] = None) -> Encoder:
+    """Load an encoder checkpoint folder (verified, see behavioral_pq.embedding.checkpoint); None: the shipped default,
+    loaded once per process."""
+
+    global _default
+    if path is None and pooling is None:
+        with _lock:
+            if _default is None:
+                _default = Encoder(load_checkpoint(default_checkpoint()))
+            return _default
+    return Encoder(load_checkpoint(default_checkpoint() if path is None else path), pooling=pooling)
+
+
+def embed(module, *, encoder: Optional[Encoder] = None) -> np.ndarray:
+    """Embedding of one module with ``encoder`` (default: the shipped one): float32 (D,)."""
+    return (encoder or load_encoder()).embed(module)
+
+
+def embed_many(modules: Sequence, *, encoder: Optional[Encoder] = None, workers: Optional[int] = None,
+               progress: bool = False) -> np.ndarray:
+    """Embeddings of many modules: float32 (N, D); NaN rows for modules that failed (see Encoder.embed_many)."""
+    return (encoder or load_encoder()).embed_many(modules, workers=workers, progress=progress)

@@ -1,0 +1,157 @@
+"""Probe sets: the P fixed pass sequences a module is probed with to measure its spectrum.
+
+A probe set is a versioned JSON file; its content hash covers what changes measurements (the sequences and
+the LLVM major version), so spectra, codebooks and checkpoints can name the probe set they belong to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from behavioral_pq.core._native_loader import LLVM_MAJOR
+from behavioral_pq.core.catalog import PASSES, get_pass, sequence_pipeline
+from behavioral_pq.errors import BPQError, ProbeSetError
+
+FORMAT_VERSION = 1
+PROVISIONAL_PROBES = "provisional-random-p100-l50-s0"  # the seeded-random set the search replaced
+DEFAULT_PROBES = "searched-p100-l50-s0.json"  # bpq probes search on the project corpus (probes/)
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """P pass sequences (catalog flags) plus where they came from.
+
+    Attributes:
+        name: short identifier.
+        sequences: P tuples of catalog flags.
+        llvm_major: LLVM major version the set was made for.
+        seed: RNG seed of the search or sampling, if any.
+        corpus: description of the corpus the probes were searched on ("" if none).
+        provisional: True for the seeded-random placeholder set.
+        search: free-form description of how the set was made (configuration of the search).
+    """
+
+    name: str
+    sequences: Tuple[Tuple[str, ...], ...]
+    llvm_major: int = LLVM_MAJOR
+    seed: Optional[int] = None
+    corpus: str = ""
+    provisional: bool = False
+    search: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        if not self.sequences:
+            raise ProbeSetError(f"probe set {self.name!r} has no sequences")
+        for i, seq in enumerate(self.sequences):
+            if not seq:
+                raise ProbeSetError(f"probe set {self.name!r}: probe {i} is empty")
+            try:
+                normalized = tuple(get_pass(flag).flag for flag in seq)
+            except BPQError as exc:
+                raise ProbeSetError(f"probe set {self.name!r}, probe {i}: {exc}") from None
+            if normalized != tuple(seq):
+                raise ProbeSetError(f"probe set {self.name!r}, probe {i}: write flags as '-name'")
+
+    @property
+    def num_probes(self) -> int:
+        """P."""
+        return len(self.sequences)
+
+    @property
+    def length(self) -> int:
+        """Length of the longest probe."""
+        return max(len(s) for s in self.sequences)
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the canonical JSON of the sequences and the LLVM major version."""
+        canonical = json.dumps({"llvm_major": self.llvm_major, "sequences": [list(s) for s in self.sequences]},
+                               sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def pipelines(self) -> Tuple[str, ...]:
+        """One new-PM pipeline string per probe."""
+        return tuple(sequence_pipeline(s) for s in self.sequences)
+
+    def to_dict(self) -> dict:
+        return {"format_version": FORMAT_VERSION, "name": self.name, "num_probes": self.num_probes,
+                "length": self.length, "llvm_major": self.llvm_major, "seed": self.seed, "corpus": self.corpus,
+                "provisional": self.provisional, "search": self.search,
+                "sequences": [list(s) for s in self.sequences], "hash": self.hash}
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def from_dict(cls, data: dict, origin: str = "probe set") -> "ProbeSet":
+        if not isinstance(data, dict):
+            raise ProbeSetError(f"{origin}: expected a JSON object")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise ProbeSetError(f"{origin}: unsupported format_version {data.get('format_version')!r}")
+        try:
+            sequences = tuple(tuple(s) for s in data["sequences"])
+            probes = cls(name=str(data["name"]), sequences=sequences, llvm_major=int(data["llvm_major"]),
+                         seed=data.get("seed"), corpus=data.get("corpus", ""),
+                         provisional=bool(data.get("provisional", False)), search=data.get("search") or {})
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ProbeSetError):
+                raise ProbeSetError(f"{origin}: {exc}") from None
+            raise ProbeSetError(f"{origin}: malformed probe set ({type(exc).__name__}: {exc})") from None
+        for key, actual in (("num_probes", probes.num_probes), ("length", probes.length)):
+            if key in data and data[key] != actual:
+                raise ProbeSetError(f"{origin}: {key} says {data[key]} but the sequences give {actual}")
+        if "hash" in data and data["hash"] != probes.hash:
+            raise ProbeSetError(f"{origin}: content hash mismatch (edited or corrupt file)")
+        if probes.llvm_major != LLVM_MAJOR:
+            raise ProbeSetError(f"{origin}: made for LLVM {probes.llvm_major}, this build uses LLVM {LLVM_MAJOR}")
+        return probes
+
+
+def shipped_probe_sets() -> Tuple[str, ...]:
+    """Names of the probe sets that ship with the package (``load_probes(name)`` loads one)."""
+    folder = resources.files("behavioral_pq").joinpath("data/probes")
+    return tuple(sorted(f.name[:-5] for f in folder.iterdir() if f.name.endswith(".json")))
+
+
+def load_probes(path: Union[str, os.PathLike, ProbeSet, None] = None) -> ProbeSet:
+    """Load a probe set: a JSON file, the name of a shipped set (see :func:`shipped_probe_sets`), or None for
+    the package default."""
+    if isinstance(path, ProbeSet):
+        return path
+    if path is None or (isinstance(path, str) and not os.path.exists(path) and path in shipped_probe_sets()):
+        filename = DEFAULT_PROBES if path is None else path + ".json"
+        text = resources.files("behavioral_pq").joinpath("data/probes", filename).read_text()
+        return ProbeSet.from_dict(json.loads(text), origin=f"shipped probe set {filename}")
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ProbeSetError(f"cannot read probe set {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProbeSetError(f"{path}: not a probe-set file (byte {exc.start} is not UTF-8 text)") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProbeSetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return ProbeSet.from_dict(data, origin=str(path))
+
+
+def random_probes(num_probes: int = 100, length: int = 50, seed: int = 0,
+                  exclude: Sequence[str] = ()) -> ProbeSet:
+    """A seeded-random probe set: each probe draws ``length`` passes uniformly from the catalog."""
+    rng = np.random.default_rng(seed)
+    pool = [p.flag for p in PASSES if p.flag not in set(exclude)]
+    sequences = tuple(tuple(pool[i] for i in rng.integers(0, len(pool), size=length)) for _ in range(num_probes))
+    return ProbeSet(name=f"provisional-random-p{num_probes}-l{length}-s{seed}", sequences=sequences, seed=seed,
+                    corpus="none (uniform random over the catalog)", provisional=True,
+                    search={"method": "uniform random", "exclude": list(exclude)})

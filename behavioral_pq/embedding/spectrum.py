@@ -1,0 +1,129 @@
+"""The behavioral spectrum: how a module's Autophase features react to each probe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.module import ModuleLike, load_module
+from behavioral_pq.embedding.probes import ProbeSet, load_probes
+from behavioral_pq.errors import BPQError
+
+ProbesLike = Union[ProbeSet, str, None]
+
+
+def log_relative(original: np.ndarray, optimized: np.ndarray) -> np.ndarray:
+    """Reaction of features to optimization: ``d[..., j] = log1p(max(0, h_opt[..., j])) - log1p(max(0, h_orig[j]))``.
+
+    Args:
+        original: Autophase of the module as given, shape (..., 56) (broadcast against ``optimized``).
+        optimized: Autophase after each probe, shape (..., P, 56).
+    Returns:
+        float32 with the broadcast shape, computed in float64.
+    """
+    original = np.asarray(original, dtype=np.float64)
+    optimized = np.asarray(optimized, dtype=np.float64)
+    if original.shape[-1] != optimized.shape[-1]:
+        raise ValueError(f"feature dimensions differ: {original.shape} vs {optimized.shape}")
+    return (np.log1p(np.maximum(0.0, optimized)) - np.log1p(np.maximum(0.0, original))).astype(np.float32)
+
+
+#: How a reaction row is expressed: ``log-relative`` (the method) or ``absolute`` (``h_opt - h_orig``, an ablation).
+REACTIONS = ("log-relative", "absolute")
+
+
+def absolute_from_log_relative(original: np.ndarray, spectra: np.ndarray) -> np.ndarray:
+    """Absolute reactions ``max(0, h_opt) - max(0, h_orig)`` recovered from log-relative ones (exact up to float32
+    rounding, since ``log1p`` is invertible).
+
+    Args:
+        original: Autophase before, shape (..., 56) (broadcast against ``spectra``, e.g. (N, 1, 56)).
+        spectra: log-relative reactions, float32 (..., P, 56).
+    Returns:
+        float32 with the broadcast shape.
+    """
+    base = np.log1p(np.maximum(0.0, np.asarray(original, dtype=np.float64)))
+    optimized = np.expm1(np.asarray(spectra, dtype=np.float64) + base)
+    return np.round(optimized - np.expm1(base)).astype(np.float32)
+
+
+def as_reaction(original: np.ndarray, spectra: np.ndarray, reaction: str) -> np.ndarray:
+    """Log-relative ``spectra`` expressed as ``reaction`` (one of :data:`REACTIONS`)."""
+    if reaction == "log-relative":
+        return np.asarray(spectra, dtype=np.float32)
+    if reaction == "absolute":
+        return absolute_from_log_relative(original, spectra)
+    raise ValueError(f"reaction must be one of {REACTIONS}, got {reaction!r}")
+
+
+@dataclass(frozen=True)
+class SpectrumBatch:
+    """Result of :func:`spectra`.
+
+    Attributes:
+        spectra: float32 (N, P, 56); NaN for modules that failed.
+        autophase: int64 (N, P + 1, 56); row 0 the module as given, row i + 1 after probe i; 0 if failed.
+        errors: N entries: None, or the module's error (InvalidIRError, PassCrashError, PassTimeoutError).
+        probe_set_hash: hash of the probe set measured with.
+    """
+
+    spectra: np.ndarray
+    autophase: np.ndarray
+    errors: Tuple[Optional[BPQError], ...]
+    probe_set_hash: str
+
+    @property
+    def ok(self) -> np.ndarray:
+        """bool (N,): True where the spectrum was measured."""
+        return np.array([e is None for e in self.errors], dtype=bool)
+
+    def raise_first(self) -> None:
+        """Raise the first module error, if any."""
+        for error in self.errors:
+            if error is not None:
+                raise error
+
+
+def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine: Optional[Engine] = None,
+            workers: Optional[int] = None, progress: bool = False) -> SpectrumBatch:
+    """Spectra of many modules; a module that fails is reported in ``errors`` and the rest complete.
+
+    Args:
+        modules: Modules or anything :func:`load_module` accepts (loaded first; a load failure raises).
+        probes: a ProbeSet, a path to one, or None for the package default.
+        engine: the engine to run on; ``workers`` makes a temporary one with that many processes instead.
+        progress: show a progress bar on stderr.
+    """
+    probe_set = load_probes(probes)
+    own_engine = engine is None and workers is not None
+    engine = engine or (Engine(workers) if own_engine else default_engine())
+    try:
+        loaded = [load_module(m, engine=engine) for m in modules]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(loaded) * probe_set.num_probes, unit="run", desc="spectra", leave=False)
+        try:
+            features, errors = engine.autophase_after([m.bitcode for m in loaded], probe_set.pipelines(),
+                                                      names=[m.name for m in loaded],
+                                                      progress=bar.update if bar else None)
+        finally:
+            if bar:
+                bar.close()
+    finally:
+        if own_engine:
+            engine.close()
+    values = log_relative(features[:, :1, :], features[:, 1:, :])
+    values[[e is not None for e in errors]] = np.nan
+    return SpectrumBatch(values, features, tuple(errors), probe_set.hash)
+
+
+def spectrum(module: ModuleLike, probes: ProbesLike = None, *, engine: Optional[Engine] = None) -> np.ndarray:
+    """Spectrum of one module: float32 (P, 56), ``log_relative(autophase(module), autophase after probe i)``."""
+    batch = spectra([module], probes, engine=engine)
+    batch.raise_first()
+    return batch.spectra[0]

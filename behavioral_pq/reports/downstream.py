@@ -1,0 +1,430 @@
+"""``bpq evaluate``: every downstream task on every representation, over several seeds, as one report.
+
+Tasks (DESIGN.md section 9):
+
+- ``task1`` (the paper's): best pass of a module as built, 124-way, set-valued; Top-1 / Top-5. Near-trivial on
+  LLVM 19 (``-sroa``/``-mem2reg`` win most modules), so it is always shown next to the prior.
+- ``task1b`` (the one that matters for guidance): best *next* pass from intermediate states, 125-way (the extra
+  class: no pass reduces the count); Top-1 / Top-5; splits by program.
+- ``oz``: -Oz benefit ``(IC0 - IC_Oz) / IC0``; MAE in percentage points.
+- ``knn``: Top-1 of a 5-NN vote in each representation's space (task1b, and task1).
+
+Representations: the prior (no input), Autophase, InstCount, the raw spectrum flattened (P x 56), PQ-BERT, and the
+ablations: no Transformer (the encoder's sub-embeddings mean-pooled over probes), k-means instead of PQ and absolute
+instead of log-relative reactions (each an encoder pretrained that way, given with ``--ablation NAME=DIR``).
+
+Every MLP is trained on the train split, stopped early on valid and scored on test, once per seed; the report
+gives mean and standard deviation over seeds, per-pass precision/recall and a confusion table for the most
+frequent passes, the targets with their margins, and a t-SNE picture of the test embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES
+from behavioral_pq.embedding.checkpoint import versions
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
+from behavioral_pq.tasks.estimators import (
+    BestPassClassifier,
+    OzBenefitRegressor,
+    PriorClassifier,
+    PriorRegressor,
+    TrainSettings,
+    class_frequencies,
+    knn_top1,
+    top_k_accuracy,
+)
+
+BASELINES = ("prior", "autophase", "instcount", "raw-spectrum")
+ABLATIONS = ("no-transformer", "kmeans", "absolute")
+MAIN = "pqbert"
+
+
+@dataclass
+class EvaluationConfig:
+    """Settings of an evaluation run (saved in the report)."""
+
+    seeds: Tuple[int, ...] = (0, 1, 2)
+    knn_k: int = 5
+    tsne_points: int = 1500
+    confusion_passes: int = 10
+    train: TrainSettings = field(default_factory=TrainSettings)
+
+
+# -- representations -------------------------------------------------------------------------------------------
+
+def no_transformer_embeddings(items: ItemSet, encoder) -> np.ndarray:
+    """Ablation: the encoder's sub-embeddings of each probe's codes, concatenated (M x sub-size) and mean-pooled
+    over the P probes, without the Transformer: float32 (N, D)."""
+    import torch
+
+    codes = encoder.codes(items.spectra) if len(items) else np.zeros((0, 1, encoder.quantizer.num_subspaces))
+    tables = encoder.model.sub_embeddings
+    with torch.inference_mode():
+        x = torch.from_numpy(codes.astype(np.int64))                                       # (N, P, M)
+        parts = [tables[m](x[..., m]) for m in range(x.shape[-1])]                          # M x (N, P, sub)
+        return torch.cat(parts, dim=-1).mean(dim=1).numpy().astype(np.float32)
+
+
+def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, object]] = None
+                    ) -> Dict[str, np.ndarray]:
+    """Every representation of the items: name -> float32 (N, D_name)."""
+    n = len(items)
+    reps = {
+        "prior": np.zeros((n, 1), np.float32),
+        "autophase": np.log1p(np.maximum(items.autophase, 0)).astype(np.float32),
+        "instcount": np.log1p(np.maximum(items.instcount, 0)).astype(np.float32),
+        "raw-spectrum": items.spectra.reshape(n, -1).astype(np.float32),
+        MAIN: embeddings(items, encoder),
+        "no-transformer": no_transformer_embeddings(items, encoder),
+    }
+    for name, other in (ablations or {}).items():
+        reps[name] = embeddings(items, other)
+    return reps
+
+
+# -- one task ----------------------------------------------------------------------------------------------------
+
+def _classify(name: str, X: Dict[str, np.ndarray], y: Dict[str, list], num_classes: int, config: EvaluationConfig
+              ) -> dict:
+    runs = []
+    for seed in config.seeds:
+        if name == "prior":
+            model = PriorClassifier(num_classes).fit(X["train"], y["train"])
+        else:
+            settings = replace(config.train, seed=seed)
+            model = BestPassClassifier(settings, num_classes=num_classes)
+            model.fit(X["train"], y["train"], X["valid"], y["valid"])
+        scores = model.predict_proba(X["test"])
+        runs.append({"seed": seed, "top1": top_k_accuracy(scores, y["test"], 1),
+                     "top5": top_k_accuracy(scores, y["test"], 5),
+                     "best_epoch": getattr(model, "best_epoch_", None), "_scores": scores})
+        if name == "prior":
+            break   # deterministic: one run stands for every seed
+    return _summarize(runs, ("top1", "top5"))
+
+
+def _regress(name: str, X: Dict[str, np.ndarray], y: Dict[str, np.ndarray], config: EvaluationConfig) -> dict:
+    runs = []
+    for seed in config.seeds:
+        if name == "prior":
+            model = PriorRegressor().fit(X["train"], y["train"])
+        else:
+            settings = replace(config.train, seed=seed)
+            model = OzBenefitRegressor(settings).fit(X["train"], y["train"], X["valid"], y["valid"])
+        runs.append({"seed": seed, "mae": model.score(X["test"], y["test"]),
+                     "best_epoch": getattr(model, "best_epoch_", None)})
+        if name == "prior":
+            break
+    return _summarize(runs, ("mae",))
+
+
+def _summarize(runs: List[dict], metrics: Sequence[str]) -> dict:
+    out = {"runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
+    for m in metrics:
+        values = np.array([r[m] for r in runs], np.float64)
+        out[m] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+    if "_scores" in runs[0]:
+        out["_scores"] = runs[0]["_scores"]
+    return out
+
+
+def _by_split(items: ItemSet) -> Dict[str, ItemSet]:
+    parts = {name: items.split(name) for name in ("train", "valid", "test")}
+    empty = [name for name, part in parts.items() if not len(part)]
+    if empty:
+        raise ValueError(f"no {', '.join(empty)} items: the corpus must be split (bpq corpus split) and hold "
+                         "labelled modules with spectra in each split")
+    return parts
+
+
+# -- the whole evaluation ----------------------------------------------------------------------------------------
+
+def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
+             states: Optional[Union[str, os.PathLike]] = None, encoder=None,
+             ablations: Optional[Dict[str, Union[str, os.PathLike]]] = None,
+             config: Optional[EvaluationConfig] = None, progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Run every task on every representation and write ``out/report.md``, ``out/report.json`` and figures.
+
+    Args:
+        store: a split, labelled corpus store with spectra for the encoder's probe set.
+        states: a state folder (:mod:`behavioral_pq.corpus.states`) for task1b; without it task1b is left out.
+        encoder: the encoder to judge (default: the shipped one).
+        ablations: {"kmeans": DIR, "absolute": DIR}: encoders pretrained as those ablations.
+        progress: called with a line of text as each step starts.
+    """
+
+    config = config or EvaluationConfig()
+    say = progress or (lambda line: None)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    encoder = encoder or load_encoder()
+    others = {name: load_encoder(path) for name, path in (ablations or {}).items()}
+    for name, other in others.items():
+        if other.probe_set.hash != encoder.probe_set.hash:
+            raise ValueError(f"ablation {name!r} uses probe set {other.probe_set.name}, the encoder "
+                             f"{encoder.probe_set.name}; they must match")
+    start = time.perf_counter()
+    say("reading labelled modules with spectra")
+    modules = _by_split(module_items(store, encoder.probe_set))
+    report: dict = {"store": str(Path(store).resolve()), "states": str(Path(states).resolve()) if states else None,
+                    "encoder": {"path": str(encoder.path), "pooling": encoder.pooling,
+                                "model_sha256": encoder.config.get("files", {}).get("model.safetensors"),
+                                "corpus": encoder.config.get("corpus")},
+                    "ablation_encoders": {k: str(v.path) for k, v in others.items()},
+                    "probe_set": {"name": encoder.probe_set.name, "hash": encoder.probe_set.hash},
+                    "versions": versions(), "config": {**asdict(config), "seeds": list(config.seeds)},
+                    "items": {"modules": {k: len(v) for k, v in modules.items()}}, "tasks": {}}
+    say("representations of modules")
+    module_reps = {split: representations(part, encoder, others) for split, part in modules.items()}
+    names = list(module_reps["train"])
+    report["representations"] = {name: int(module_reps["train"][name].shape[1]) for name in names}
+
+    tasks = report["tasks"]
+    sets1 = {split: part.best_pass_sets() for split, part in modules.items()}
+    tasks["task1"] = _classification_task("task1", names, module_reps, sets1, 124, config,
+                                          say)
+    oz = {split: part.oz_benefit() for split, part in modules.items()}
+    tasks["oz"] = {}
+    for name in names:
+        say(f"oz: {name}")
+        tasks["oz"][name] = _regress(name, {s: module_reps[s][name] for s in modules}, oz, config)
+    tasks["oz"]["_test_mean_benefit_points"] = float(oz["test"].mean() * 100)
+
+    figures = {}
+    if states is not None:
+        say("reading states")
+        state_parts = _by_split(state_items(states))
+        report["items"]["states"] = {k: len(v) for k, v in state_parts.items()}
+        report["items"]["state_programs"] = {k: len(set(v.groups)) for k, v in state_parts.items()}
+        say("representations of states")
+        state_reps = {split: representations(part, encoder, others) for split, part in state_parts.items()}
+        sets1b = {split: part.next_pass_sets() for split, part in state_parts.items()}
+        report["items"]["states_no_pass_fraction"] = {k: float(np.mean([s == [NO_PASS] for s in v]))
+                                                      for k, v in sets1b.items()}
+        tasks["task1b"] = _classification_task("task1b", names, state_reps, sets1b, NUM_CLASSES, config, say)
+        by_kind = {}
+        for kind in sorted(set(state_parts["test"].kinds)):
+            mask = np.array([k == kind for k in state_parts["test"].kinds])
+            scores = tasks["task1b"][MAIN]["_scores"][mask]
+            labels = [s for s, m in zip(sets1b["test"], mask) if m]
+            by_kind[kind] = {"items": int(mask.sum()), "top1": top_k_accuracy(scores, labels, 1),
+                             "prior_top1": top_k_accuracy(tasks["task1b"]["prior"]["_scores"][mask], labels, 1)}
+        tasks["task1b"]["_by_kind"] = by_kind
+        tasks["task1b"]["_per_pass"] = per_pass_table(tasks["task1b"][MAIN]["_scores"], sets1b["test"],
+                                                      class_frequencies(sets1b["train"], NUM_CLASSES),
+                                                      config.confusion_passes)
+        say("t-SNE")
+        figures["tsne"] = tsne_figure(state_reps["test"][MAIN], sets1b["test"], out / "tsne-task1b.png",
+                                      config.tsne_points, title="PQ-BERT embeddings of test states, "
+                                      "coloured by best next pass")
+    else:
+        say("t-SNE")
+        figures["tsne"] = tsne_figure(module_reps["test"][MAIN], sets1["test"], out / "tsne-task1.png",
+                                      config.tsne_points, title="PQ-BERT embeddings of test modules, "
+                                      "coloured by best pass")
+    tasks["task1"]["_per_pass"] = per_pass_table(tasks["task1"][MAIN]["_scores"], sets1["test"],
+                                                 class_frequencies(sets1["train"], 124), config.confusion_passes)
+    for task in tasks.values():
+        for result in task.values():
+            if isinstance(result, dict):
+                result.pop("_scores", None)
+    report["figures"] = figures
+    report["targets"] = check_targets(report)
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    return report
+
+
+def _classification_task(task: str, names: Sequence[str], reps: Dict[str, Dict[str, np.ndarray]],
+                         sets: Dict[str, list], num_classes: int, config: EvaluationConfig, say) -> dict:
+    result: dict = {}
+    for name in names:
+        say(f"{task}: {name}")
+        X = {split: reps[split][name] for split in reps}
+        result[name] = _classify(name, X, sets, num_classes, config)
+        if name != "prior":
+            result[name]["knn_top1"] = knn_top1(X["train"], sets["train"], X["test"], sets["test"],
+                                                num_classes=num_classes, k=config.knn_k)
+    result["_label_set_size_mean"] = float(np.mean([len(s) for s in sets["test"]]))
+    return result
+
+
+# -- details ---------------------------------------------------------------------------------------------------
+
+def _pass_name(index: int) -> str:
+    return PASSES[index].flag if index < len(PASSES) else "(no pass)"
+
+
+def per_pass_table(scores: np.ndarray, label_sets: Sequence[Sequence[int]], train_frequency: np.ndarray,
+                   top: int) -> dict:
+    """Precision / recall of top-1 predictions for the ``top`` passes most often best in training, and a
+    confusion table (rows: the most frequent member of the item's label set; columns: predicted pass; the last
+    row and column gather the other passes)."""
+    predicted = np.argsort(-scores, axis=1, kind="stable")[:, 0]
+    passes = [int(i) for i in np.argsort(-train_frequency, kind="stable")[:top]]
+    rows = []
+    for c in passes:
+        holders = np.array([c in s for s in label_sets])
+        chosen = predicted == c
+        correct = np.array([p in s for p, s in zip(predicted, label_sets)])
+        rows.append({"pass": _pass_name(c), "index": c, "test_support": int(holders.sum()),
+                     "predicted": int(chosen.sum()),
+                     "precision": float(correct[chosen].mean()) if chosen.any() else None,
+                     "recall": float((chosen & holders).sum() / holders.sum()) if holders.any() else None})
+    position = {c: i for i, c in enumerate(passes)}
+    matrix = np.zeros((top + 1, top + 1), np.int64)
+    for p, s in zip(predicted, label_sets):
+        truth = max(s, key=lambda c: train_frequency[c])
+        matrix[position.get(truth, top), position.get(int(p), top)] += 1
+    return {"passes": rows, "confusion": {"labels": [_pass_name(c) for c in passes] + ["other"],
+                                          "matrix": matrix.tolist()}}
+
+
+def tsne_figure(X: np.ndarray, label_sets: Sequence[Sequence[int]], path: Path, points: int, title: str) -> str:
+    """t-SNE of (at most ``points``) rows of X coloured by the most frequent best pass; writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.permutation(len(X))[:points])
+    X, label_sets = X[pick], [label_sets[i] for i in pick]
+    frequency = class_frequencies(label_sets, NUM_CLASSES)
+    colours = [int(i) for i in np.argsort(-frequency, kind="stable")[:9] if frequency[i] > 0]
+    label = np.array([next((c for c in colours if c in s), -1) for s in label_sets])
+    xy = TSNE(n_components=2, init="pca", random_state=0, perplexity=min(30.0, max(1.0, (len(X) - 1) / 3))
+              ).fit_transform(X.astype(np.float64))
+    fig, ax = plt.subplots(figsize=(8, 6.5))
+    other = label == -1
+    ax.scatter(xy[other, 0], xy[other, 1], s=5, c="lightgrey", label="other")
+    cmap = plt.get_cmap("tab10")
+    for k, c in enumerate(colours):
+        mask = label == c
+        ax.scatter(xy[mask, 0], xy[mask, 1], s=6, color=cmap(k), label=f"{_pass_name(c)} ({mask.sum()})")
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.legend(fontsize=7, markerscale=2, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+# -- targets and the Markdown report -----------------------------------------------------------------------------
+
+def check_targets(report: dict) -> List[dict]:
+    """The downstream targets, each with the measured values and whether it is met."""
+    tasks, checks = report["tasks"], []
+    rep_names = [n for n in report["representations"] if n not in ("prior",) + ABLATIONS]
+    baselines = [n for n in BASELINES if n in tasks["task1"]]
+    if "task1b" in tasks:
+        t = tasks["task1b"]
+        for metric in ("top1", "top5"):
+            ours = t[MAIN][metric]
+            for base in baselines:
+                spread = max(ours["std"], t[base][metric]["std"])
+                margin = ours["mean"] - t[base][metric]["mean"]
+                checks.append({"target": f"task1b {metric}: PQ-BERT above {base} by > 3x seed spread",
+                               "value": margin, "needed": 3 * spread, "met": margin > 3 * spread})
+        margin = t[MAIN]["top1"]["mean"] - t["autophase"]["top1"]["mean"]
+        checks.append({"target": "task1b top1: PQ-BERT >= Autophase + 15 points", "value": margin, "needed": 0.15,
+                       "met": margin >= 0.15})
+        knn = {n: t[n]["knn_top1"] for n in rep_names}
+        best_other = max(v for n, v in knn.items() if n != MAIN)
+        checks.append({"target": "task1b k-NN top1: PQ-BERT above every baseline representation",
+                       "value": knn[MAIN] - best_other, "needed": 0.0, "met": knn[MAIN] > best_other})
+    oz = tasks["oz"]
+    checks.append({"target": "oz: MAE <= 6.0 points", "value": oz[MAIN]["mae"]["mean"], "needed": 6.0,
+                   "met": oz[MAIN]["mae"]["mean"] <= 6.0})
+    checks.append({"target": "oz: MAE <= 1/3 of Autophase's", "value": oz[MAIN]["mae"]["mean"],
+                   "needed": oz["autophase"]["mae"]["mean"] / 3,
+                   "met": oz[MAIN]["mae"]["mean"] <= oz["autophase"]["mae"]["mean"] / 3})
+    return checks
+
+
+def _ms(value: dict, scale: float = 100.0, digits: int = 1) -> str:
+    return f"{value['mean'] * scale:.{digits}f} ± {value['std'] * scale:.{digits}f}"
+
+
+def markdown(report: dict) -> str:
+    """The report as Markdown (every number also in report.json)."""
+    tasks = report["tasks"]
+    names = list(report["representations"])
+    kind = {n: ("baseline" if n in BASELINES else "ablation" if n in ABLATIONS else "method") for n in names}
+    seeds = report["config"]["seeds"]
+    lines = ["# Downstream evaluation", "",
+             f"Corpus store `{report['store']}`; probe set {report['probe_set']['name']} "
+             f"(`{report['probe_set']['hash'][:12]}`); encoder `{report['encoder']['path']}` "
+             f"(pooling {report['encoder']['pooling']}). Seeds {seeds}: each MLP is trained on train, stopped "
+             "early on valid and scored on **test**; values are mean ± standard deviation over seeds (the prior is "
+             "deterministic). Accuracies and MAE in percentage points.", "",
+             "Items: " + ", ".join(f"{what} {counts}" for what, counts in report["items"].items()), "",
+             f"Versions: {json.dumps(report['versions'])}", ""]
+    if "task1b" in tasks:
+        t = tasks["task1b"]
+        lines += ["## Task 1b: best next pass from intermediate states (the measure that matters)", "",
+                  "125 classes (124 passes + \"no pass reduces the count\"); a prediction is correct when it is in "
+                  f"the state's best set (mean set size {t['_label_set_size_mean']:.2f}).", "",
+                  "| representation | kind | dims | Top-1 | Top-5 | 5-NN Top-1 |", "|---|---|---|---|---|---|"]
+        for n in names:
+            knn = f"{t[n]['knn_top1'] * 100:.1f}" if "knn_top1" in t[n] else "-"
+            lines.append(f"| {n} | {kind[n]} | {report['representations'][n]} | {_ms(t[n]['top1'])} | "
+                         f"{_ms(t[n]['top5'])} | {knn} |")
+        lines += ["", "By kind of state (PQ-BERT seed 0 vs prior): " + "; ".join(
+            f"{k}: {v['items']} states, Top-1 {v['top1'] * 100:.1f} vs {v['prior_top1'] * 100:.1f}"
+            for k, v in t["_by_kind"].items()), ""]
+        lines += _per_pass_lines(t["_per_pass"], "task1b")
+    t = tasks["task1"]
+    lines += ["## Task 1 (the paper's): best pass of the module as built", "",
+              "124 classes. Near-trivial on LLVM 19: read it against the prior.", "",
+              "| representation | kind | Top-1 | Top-5 | 5-NN Top-1 |", "|---|---|---|---|---|"]
+    for n in names:
+        knn = f"{t[n]['knn_top1'] * 100:.1f}" if "knn_top1" in t[n] else "-"
+        lines.append(f"| {n} | {kind[n]} | {_ms(t[n]['top1'])} | {_ms(t[n]['top5'])} | {knn} |")
+    lines += [""] + _per_pass_lines(t["_per_pass"], "task1")
+    oz = tasks["oz"]
+    lines += ["## -Oz benefit", "",
+              f"Regression of (IC0 - IC_Oz) / IC0 (test mean {oz['_test_mean_benefit_points']:.1f} points).", "",
+              "| representation | kind | MAE (points) |", "|---|---|---|"]
+    for n in names:
+        lines.append(f"| {n} | {kind[n]} | {_ms(oz[n]['mae'], 1.0, 2)} |")
+    lines += ["", "## Targets", "", "| target | measured | needed | met |", "|---|---|---|---|"]
+    for c in report["targets"]:
+        lines.append(f"| {c['target']} | {c['value']:.4f} | {c['needed']:.4f} | {'yes' if c['met'] else '**no**'} |")
+    lines += ["", "## Figures", ""] + [f"![{k}]({v})" for k, v in report["figures"].items()]
+    lines += ["", f"Run time {report['seconds']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def _per_pass_lines(table: dict, task: str) -> List[str]:
+    lines = [f"Per pass ({task}, PQ-BERT seed 0, the passes most often best in training):", "",
+             "| pass | test support | predicted | precision | recall |", "|---|---|---|---|---|"]
+    for row in table["passes"]:
+        fmt = lambda v: "-" if v is None else f"{v * 100:.1f}"  # noqa: E731
+        lines.append(f"| {row['pass']} | {row['test_support']} | {row['predicted']} | {fmt(row['precision'])} | "
+                     f"{fmt(row['recall'])} |")
+    labels = table["confusion"]["labels"]
+    lines += ["", "Confusion (rows: the most frequent pass of the true set; columns: predicted):", "",
+              "| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for label, row in zip(labels, table["confusion"]["matrix"]):
+        lines.append(f"| {label} | " + " | ".join(str(v) for v in row) + " |")
+    return lines + [""]
+
+
+__all__ = ["EvaluationConfig", "evaluate", "representations", "no_transformer_embeddings", "check_targets",
+           "markdown", "per_pass_table", "tsne_figure"]

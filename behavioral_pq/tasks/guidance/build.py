@@ -1,0 +1,145 @@
+"""Building a program library offline: generic pipelines and genetic searches per training program.
+"""
+
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from behavioral_pq.artifacts import (
+    encoder_identity,
+)
+from behavioral_pq.core.catalog import PASSES, steps_pipeline
+from behavioral_pq.core.engine import default_engine
+from behavioral_pq.core.module import Module
+from behavioral_pq.corpus.reader import Corpus
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.errors import BPQError, CorpusError, LibraryError
+from behavioral_pq.tasks.guidance.library import (
+    GENERIC,
+    OZ,
+    LibraryProgram,
+    ProgramLibrary,
+    Steps,
+    decode_steps,
+    encode_steps,
+    merge_results,
+)
+from behavioral_pq.tasks.guidance.trials import Trials
+from behavioral_pq.training.genetic import FitnessCache, GAConfig, genetic_search
+
+logger = logging.getLogger(__name__)
+
+# -- building a library ------------------------------------------------------------------------------------------
+
+#: The per-program genetic search of :func:`build_library` (two runs: from the module and after -Oz).
+LIBRARY_GA = dict(length=30, population=16, generations=8)
+
+
+def search_program(module, engine, *, ga: Optional[dict] = None, keep: int = 4, seed: int = 0) -> Dict[Steps, int]:
+    """Good pipelines for one module: the :data:`GENERIC` ones and -Oz, and the ``keep`` best of two genetic
+    searches (catalog sequences from the module as built, and after -Oz). Returns {pipeline: instruction count}."""
+
+    config = GAConfig(seed=seed, **(ga or LIBRARY_GA))
+    trials = Trials(module, engine, len(GENERIC))
+    trials.run(GENERIC, "generic")
+    results = {(OZ,): trials.oz_count, **trials.measured()}
+    after_oz = Module(engine.run_pipeline(module.bitcode, steps_pipeline((OZ,)), name=module.name), name=module.name)
+    for prefix, start in (((), module), ((OZ,), after_oz)):
+        cache = FitnessCache([start], engine)
+        found = genetic_search(cache, config).ranked[:keep]
+        counts = cache.counts([seq for seq, _ in found])[:, 0]
+        for (seq, _), count in zip(found, counts):
+            results[prefix + tuple(PASSES[i].flag for i in seq)] = int(count)
+    return results
+
+
+def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], programs: Sequence[str], *,
+                  encoder=None, engine=None, ga: Optional[dict] = None, keep: int = 4, seed: int = 0,
+                  progress: bool = False) -> ProgramLibrary:
+    """Search good pipelines for the store's ``programs`` (module hashes) and save a library to ``out``.
+
+    Resumable: each program's results go to ``OUT.search.jsonl`` as soon as it is done, and a rerun with the same
+    settings skips them. A program that fails is logged there with its error and left out. Embeddings come from
+    the store's spectra for the encoder's probe set, or are measured for programs without them.
+    """
+    from tqdm import tqdm
+
+    encoder = encoder or load_encoder()
+    engine = engine or default_engine()
+    corpus = Corpus(store)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = Path(str(out) + ".search.jsonl")
+    settings = {"ga": dict(ga or LIBRARY_GA), "keep": keep, "seed": seed, "generic": len(GENERIC),
+                "store": str(Path(store).resolve()), "programs": len(programs)}
+    done: Dict[str, dict] = {}
+    if log.exists():
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        if lines and lines[0].get("settings", {}) | {"programs": 0} != settings | {"programs": 0}:
+            raise LibraryError(f"{log}: made with other settings ({lines[0].get('settings')}); remove it to restart")
+        done = {row["program"]: row for row in lines[1:]}
+    else:
+        log.write_text(json.dumps({"settings": settings}) + "\n")
+    todo = set(programs) - set(done)
+    with log.open("a") as sink, tqdm(total=len(todo), disable=not progress, desc="library", unit="program") as bar:
+        for module in corpus.iter_modules(only=todo):
+            try:
+                results = search_program(module, engine, ga=ga, keep=keep, seed=seed)
+                row = {"program": module.sha256, "name": module.name, "instruction_count": module.instruction_count,
+                       "results": [[encode_steps(s), c] for s, c in results.items()]}
+            except BPQError as exc:
+                row = {"program": module.sha256, "name": module.name, "error": f"{type(exc).__name__}: {exc}"}
+                logger.warning("library: %s failed: %s", module.name, exc)
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            done[module.sha256] = row
+            bar.update()
+    rows = [done[p] for p in programs if p in done and "error" not in done[p]]
+    if not rows:
+        raise LibraryError(f"{store}: no program could be searched")
+    shas = [r["program"] for r in rows]
+    try:
+        found, values = corpus.spectra(encoder.probe_set, shas=shas)
+    except CorpusError:
+        found, values = [], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32)
+    embeddings = dict(zip(found, encoder.embed_spectra(values, batch_size=128))) if found else {}
+    missing = [s for s in shas if s not in embeddings]
+    if missing:
+        modules = {m.sha256: m for m in corpus.iter_modules(only=set(missing))}
+        vectors = encoder.embed_many([modules[s] for s in missing], progress=progress)
+        embeddings.update({s: v for s, v in zip(missing, vectors) if np.isfinite(v).all()})
+    entries, matrix = [], []
+    for row in rows:
+        if row["program"] not in embeddings:
+            continue
+        results = {decode_steps(s): int(c) for s, c in row["results"]}
+        entry = LibraryProgram(row["program"], row["name"], int(row["instruction_count"]), results.pop((OZ,)))
+        merge_results(entry, results, keep * 2)
+        entries.append(entry)
+        matrix.append(embeddings[row["program"]])
+    library = ProgramLibrary(entries, np.stack(matrix), encoder_identity(encoder), settings=settings)
+    library.save(out)
+    return library
+
+
+def choose_library_programs(store: Union[str, os.PathLike], count: int, *, encoder=None, split: str = "train",
+                            seed: int = 0) -> List[str]:
+    """``count`` module hashes drawn (seeded) from the store's ``split`` (every module when the store has no
+    splits), preferring modules whose spectra for the encoder's probe set are already measured."""
+    encoder = encoder or load_encoder()
+    corpus = Corpus(store)
+    pool = corpus.split(split) or corpus.records(["sha256"]).column("sha256").to_pylist()
+    try:
+        have = {s for shas, _ in corpus.iter_spectra(encoder.probe_set, batch_size=4096) for s in shas}
+        pool = sorted(set(pool) & have) or sorted(pool)
+    except CorpusError:
+        pool = sorted(pool)
+    rng = np.random.default_rng(seed)
+    return rng.choice(pool, min(count, len(pool)), replace=False).tolist()

@@ -1,0 +1,279 @@
+"""The program library: training programs' embeddings in a FAISS index and, per program, the instruction
+counts of good pipelines found for it offline; saved as a versioned, sealed folder.
+"""
+
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from behavioral_pq.artifacts import (
+    atomic_path,
+    check_encoder,
+    check_files,
+    file_checksums,
+    read_sealed_config,
+    seal,
+    versions,
+)
+from behavioral_pq.core.catalog import OZ_LIKE_ORDER, get_pass
+from behavioral_pq.embedding.encoder import load_encoder, shipped
+from behavioral_pq.errors import BPQError, LibraryError
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "behavioral_pq.library"
+FORMAT_VERSION = 1
+DEFAULT_NAME = "pqbert-small-s0-library"
+OZ = "-Oz"
+
+Steps = Tuple[str, ...]
+
+#: Pipelines measured on every library program: -Oz twice, LLVM's -Oz order written in catalog passes (once and
+#: twice), and -Oz followed by that order. On 40 validation modules, best-of(-Oz, each) gave a geomean
+#: IC_Oz / IC of 1.006, 1.044, 1.051 and 1.051.
+GENERIC: Tuple[Steps, ...] = ((OZ, OZ), OZ_LIKE_ORDER, OZ_LIKE_ORDER * 2, (OZ,) + OZ_LIKE_ORDER)
+
+
+
+def encode_steps(steps: Steps) -> List[Union[int, str]]:
+    """Compact JSON form: catalog indices, and "Oz" for the baseline."""
+    return ["Oz" if s == OZ else get_pass(s).index for s in steps]
+
+
+def decode_steps(items: Sequence[Union[int, str]]) -> Steps:
+    return tuple(OZ if s == "Oz" else get_pass(int(s)).flag for s in items)
+
+
+@dataclass
+class LibraryProgram:
+    """One library program: its hash, name, instruction counts as built and after -Oz, and ``results``: the
+    instruction count after each pipeline measured on it."""
+
+    program: str
+    name: str
+    instruction_count: int
+    oz_count: int
+    results: Dict[Steps, int] = field(default_factory=dict)
+
+    def best(self) -> Tuple[Steps, int]:
+        """The program's target: its best known pipeline (-Oz when nothing beats it)."""
+        steps, count = min(self.results.items(), key=lambda kv: (kv[1], len(kv[0])), default=((OZ,), self.oz_count))
+        return ((OZ,), self.oz_count) if count >= self.oz_count else (steps, count)
+
+    def gain(self, steps: Steps) -> Optional[float]:
+        """log(IC_Oz / IC) of a pipeline on this program, or None when it was not measured here."""
+        count = self.results.get(steps)
+        if count is None:
+            return None
+        return math.log(max(self.oz_count, 1) / max(count, 1))
+
+
+class ProgramLibrary:
+    """Programs with good pipelines, indexed by embedding (FAISS, L2 on standardized embeddings).
+
+    Attributes:
+        programs: list of :class:`LibraryProgram`.
+        embeddings: float32 (N, D), row i for programs[i].
+        encoder: identity of the encoder the embeddings come from (weights sha256, probe-set hash).
+        revision: bumped whenever the library learns something (see :meth:`learn`).
+    """
+
+    def __init__(self, programs: List[LibraryProgram], embeddings: np.ndarray, encoder: dict, *,
+                 settings: Optional[dict] = None, revision: int = 0, mean: Optional[np.ndarray] = None,
+                 scale: Optional[np.ndarray] = None):
+        embeddings = np.asarray(embeddings, np.float32)
+        if embeddings.ndim != 2 or len(embeddings) != len(programs):
+            raise LibraryError(f"need one embedding row per program: {embeddings.shape} for {len(programs)}")
+        if not programs:
+            raise LibraryError("a program library needs at least one program")
+        self.programs = programs
+        self.embeddings = embeddings
+        self.encoder = dict(encoder)
+        self.settings = dict(settings or {})
+        self.revision = revision
+        self.mean = embeddings.mean(0) if mean is None else np.asarray(mean, np.float32)
+        self.scale = (embeddings.std(0) + 1e-6) if scale is None else np.asarray(scale, np.float32)
+        self._by_program = {p.program: i for i, p in enumerate(programs)}
+        self._index = None
+        self.path: Optional[Path] = None  # the folder it was loaded from or saved to
+
+    def __len__(self) -> int:
+        return len(self.programs)
+
+    def __repr__(self) -> str:
+        return f"ProgramLibrary({len(self)} programs, D={self.dim}, revision {self.revision})"
+
+    @property
+    def dim(self) -> int:
+        return self.embeddings.shape[1]
+
+    def _standardized(self, X: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray((np.asarray(X, np.float32) - self.mean) / self.scale, dtype=np.float32)
+
+    @property
+    def index(self):
+        """The FAISS index over the standardized embeddings (built on first use)."""
+        if self._index is None:
+            import faiss
+
+            self._index = faiss.IndexFlatL2(self.dim)
+            self._index.add(self._standardized(self.embeddings))
+        return self._index
+
+    def neighbors(self, embedding: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest programs of one embedding float32 (D,): (indices int64 (k,), squared distances)."""
+        embedding = np.asarray(embedding, np.float32).reshape(1, -1)
+        if embedding.shape[1] != self.dim:
+            raise LibraryError(f"embedding has {embedding.shape[1]} dimensions, the library {self.dim}")
+        distances, indices = self.index.search(self._standardized(embedding), min(k, len(self)))
+        keep = indices[0] >= 0
+        return indices[0][keep].astype(np.int64), distances[0][keep]
+
+    def candidates(self, neighbors: Sequence[int]) -> List[Tuple[Steps, float]]:
+        """Pipelines of the given programs (nearest first), ranked by a rank-weighted vote of their gains.
+
+        A pipeline's score is ``sum_j w_j * gain_j`` over the neighbors j it was measured on, with
+        ``w_j = 1 / (rank_j + 1)`` and ``gain_j = log(IC_Oz / IC)`` on j. -Oz alone is left out (it is the
+        reference). Returns (pipeline, score), best first; ties keep the order of first appearance.
+        """
+        scores: Dict[Steps, float] = {}
+        for rank, j in enumerate(neighbors):
+            program = self.programs[int(j)]
+            for steps in program.results:
+                if steps == (OZ,):
+                    continue
+                scores[steps] = scores.get(steps, 0.0) + program.gain(steps) / (rank + 1)
+        return sorted(scores.items(), key=lambda kv: -kv[1])
+
+    def learn(self, program: str, embedding: np.ndarray, results: Dict[Steps, int], *, name: str = "module",
+              instruction_count: int = 0, oz_count: int = 0, keep: int = 8) -> bool:
+        """Take in what a search measured on a program (self-improvement).
+
+        A known program merges the results; an unknown one is added with its embedding. The generic pipelines
+        and the ``keep`` best others are kept. Returns True when the program's target (best pipeline) improved
+        or the program is new; the revision then goes up.
+        """
+        i = self._by_program.get(program)
+        if i is None:
+            entry = LibraryProgram(program, name, int(instruction_count), int(oz_count), {})
+            merge_results(entry, results, keep)
+            self.programs.append(entry)
+            self._by_program[program] = len(self.programs) - 1
+            row = np.asarray(embedding, np.float32).reshape(1, -1)
+            self.embeddings = np.concatenate([self.embeddings, row])
+            if self._index is not None:
+                self._index.add(self._standardized(row))
+            self.revision += 1
+            return True
+        entry = self.programs[i]
+        before = entry.best()[1]
+        merge_results(entry, results, keep)
+        improved = entry.best()[1] < before
+        if improved:
+            self.revision += 1
+        return improved
+
+    # -- storage -------------------------------------------------------------------------------------------------
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        """Write the library folder (``library.json`` + ``index.faiss``), replacing ``path`` once complete."""
+        import faiss
+
+        path = Path(path)
+        pipelines: Dict[Steps, int] = {}
+        programs = []
+        for p in self.programs:
+            results = [[pipelines.setdefault(s, len(pipelines)), int(c)] for s, c in p.results.items()]
+            programs.append({"program": p.program, "name": p.name, "instruction_count": p.instruction_count,
+                             "oz_count": p.oz_count, "results": results})
+        config = {"format": FORMAT, "format_version": FORMAT_VERSION, "revision": self.revision,
+                  "versions": versions(), "encoder": self.encoder, "settings": self.settings,
+                  "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                  "pipelines": [encode_steps(s) for s in pipelines], "programs": programs}
+        with atomic_path(path) as tmp:
+            tmp.mkdir()
+            faiss.write_index(self._raw_index(), str(tmp / "index.faiss"))
+            config["files"] = file_checksums(tmp, ["index.faiss"])
+            (tmp / "library.json").write_text(json.dumps(seal(config), separators=(",", ":")) + "\n")
+        self.path = path
+        return path
+
+    def _raw_index(self):
+        """An index of the raw embeddings (what is saved; standardization is in library.json)."""
+        import faiss
+
+        index = faiss.IndexFlatL2(self.dim)
+        index.add(np.ascontiguousarray(self.embeddings))
+        return index
+
+
+def merge_results(entry: LibraryProgram, results: Dict[Steps, int], keep: int) -> None:
+    """Fold measured ``results`` into ``entry``: -Oz's count, the generic pipelines, and the ``keep`` best others
+    (fewest instructions, then shortest)."""
+    for steps, count in results.items():
+        count = int(count)
+        if steps == (OZ,):
+            entry.oz_count = count
+        else:
+            entry.results[steps] = min(count, entry.results.get(steps, count))
+    generic = {s: c for s, c in entry.results.items() if s in GENERIC}
+    others = sorted(((s, c) for s, c in entry.results.items() if s not in GENERIC), key=lambda kv: (kv[1], len(kv[0])))
+    entry.results = {**generic, **dict(others[:keep])}
+
+
+def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) -> ProgramLibrary:
+    """Load a library folder (default: the shipped one), checking that it belongs to ``encoder`` (default: the
+    shipped encoder).
+
+    Raises:
+        LibraryError: missing or unreadable folder, another format, or an encoder mismatch.
+    """
+    import faiss
+
+    path = Path(shipped(DEFAULT_NAME) if path is None else path)
+    config = read_sealed_config(path / "library.json", format=FORMAT, version=FORMAT_VERSION,
+                                error=LibraryError, what="a program library")
+    check_files(path, config, LibraryError)
+    encoder = encoder or load_encoder()
+    wanted = config.get("encoder", {})
+    check_encoder(path, wanted, encoder, LibraryError,
+                  "rebuild it (bpq library build) or pass the encoder it was built on")
+    try:
+        pipelines = [decode_steps(s) for s in config["pipelines"]]
+        programs = [LibraryProgram(p["program"], p["name"], int(p["instruction_count"]), int(p["oz_count"]),
+                                   {pipelines[i]: int(c) for i, c in p["results"]}) for p in config["programs"]]
+        index = faiss.read_index(str(path / "index.faiss"))
+        embeddings = index.reconstruct_n(0, index.ntotal)
+        library = ProgramLibrary(programs, embeddings, wanted, settings=config.get("settings"),
+                                 revision=int(config.get("revision", 0)), mean=np.array(config["mean"]),
+                                 scale=np.array(config["scale"]))
+    except LibraryError as exc:
+        raise LibraryError(f"{path}: {exc}") from None
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, BPQError) as exc:
+        raise LibraryError(f"{path}: corrupt library ({type(exc).__name__}: {exc})") from None
+    if library.dim != encoder.dim:
+        raise LibraryError(f"{path}: embeddings have {library.dim} dimensions, the encoder gives {encoder.dim}")
+    library.path = path
+    return library
+
+
+_library_cache: Dict[str, ProgramLibrary] = {}
+
+
+def default_library(encoder=None) -> ProgramLibrary:
+    """The shipped library (loaded once per process) for ``encoder`` (default: the shipped encoder)."""
+    key = "default" if encoder is None else str(getattr(encoder, "path", id(encoder)))
+    if key not in _library_cache:
+        _library_cache[key] = load_library(encoder=encoder)
+    return _library_cache[key]
+
+

@@ -1,0 +1,124 @@
+"""recommend_pipeline: retrieve the pipelines of a module's nearest library programs, try the best within
+the budget, then search locally around the best found.
+"""
+
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.engine import default_engine
+from behavioral_pq.core.module import Module, load_module
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library
+from behavioral_pq.tasks.guidance.trials import Recommendation, Trials, recommendation_from
+
+logger = logging.getLogger(__name__)
+
+def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Steps:
+    """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time, else any), or delete one.
+    -Oz steps are never removed or replaced."""
+    flag = rng.choice(vocabulary) if vocabulary and rng.random() < 0.5 else rng.choice(PASSES).flag
+    op = rng.choice(("append", "insert", "replace", "delete"))
+    s = list(steps)
+    movable = [i for i, x in enumerate(s) if x != OZ]
+    if op == "append" or not movable:
+        s.append(flag)
+    elif op == "insert":
+        s.insert(rng.randrange(len(s) + 1), flag)
+    elif op == "replace":
+        s[rng.choice(movable)] = flag
+    elif len(s) > 1:
+        del s[rng.choice(movable)]
+    return tuple(s)
+
+
+def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: Sequence[str],
+                  batch: int = 4) -> None:
+    """Spend what is left of the budget on random edits of the best pipeline so far (``start`` while -Oz leads)."""
+    stalls = 0
+    while trials.left > 0 and stalls < 50:
+        best = trials.best()[0]
+        base = start if best == (OZ,) else best
+        before = trials.compilations
+        trials.run([_mutate(base, rng, vocabulary) for _ in range(min(trials.left, batch))], "local search")
+        stalls = stalls + 1 if trials.compilations == before else 0
+
+
+def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
+                       engine=None, embedding: Optional[np.ndarray] = None, neighbors: int = 8,
+                       retrieval_share: float = 0.5, seed: int = 0, learn: bool = False,
+                       neighbor_indices: Optional[Sequence[int]] = None) -> Recommendation:
+    """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
+
+    Embeds the module, takes the pipelines of its ``neighbors`` nearest library programs ranked by
+    :meth:`ProgramLibrary.candidates`, measures the first ``max(1, round(budget * retrieval_share))`` of them
+    (all of the budget when it is 1 or 2), and spends the rest on a local search around the best found.
+    -Oz is always measured as the reference (not counted), so the result is never worse than -Oz.
+
+    Args:
+        module: a Module, or what :func:`load_module` takes (.c/.ll/.bc path or bytes).
+        budget: candidate compilations allowed (0: -Oz).
+        library: a :class:`ProgramLibrary` (default: the shipped one).
+        embedding: the module's embedding float32 (D,), when already known (skips the probes).
+        learn: put what was measured into ``library`` (self-improvement; save it with ``library.save``).
+        neighbor_indices: consult these library programs instead of the nearest (an ablation).
+
+    Returns:
+        a :class:`Recommendation`; ``recommendation.pipeline`` can be given to :func:`optimize`.
+    """
+
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    start = time.perf_counter()
+    engine = engine or default_engine()
+    module = load_module(module, engine=engine)
+    if library is None:
+        library = default_library(encoder)
+    probe_compilations = 0
+    if embedding is None and neighbor_indices is None:
+
+        encoder = encoder or load_encoder()
+        embedding = encoder.embed(module)
+        probe_compilations = encoder.probe_set.num_probes
+    if neighbor_indices is None:
+        neighbor_indices, _ = library.neighbors(embedding, neighbors)
+    ranked = library.candidates(neighbor_indices)
+    trials = Trials(module, engine, budget)
+    retrieve = budget if budget <= 2 else max(1, int(round(budget * retrieval_share)))
+    trials.run([s for s, _ in ranked[:retrieve]], "library")
+    vocabulary = sorted({x for s, _ in ranked[:retrieve] for x in s if x != OZ})
+    rng = random.Random(f"{seed}:{module.sha256}")
+    _local_search(trials, ranked[0][0] if ranked else (OZ,), rng, vocabulary)
+    if learn and embedding is not None:
+        library.learn(module.sha256, embedding, trials.measured(), name=module.name,
+                      instruction_count=module.instruction_count, oz_count=trials.oz_count)
+    return recommendation_from(trials, start, neighbors=tuple(library.programs[int(j)].name for j in neighbor_indices),
+                               probe_compilations=probe_compilations)
+
+
+def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
+                           engine=None, learn: bool = False) -> Tuple[Recommendation, Module]:
+    """:func:`recommend_pipeline`, then the module optimized with the recommendation, re-run from scratch and
+    checked to give the count the search measured (``bpq optimize --auto``).
+
+    Raises:
+        RuntimeError: the re-run gave another instruction count (a non-deterministic pass).
+    """
+    engine = engine or default_engine()
+    module = load_module(module, engine=engine)
+    found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn)
+    result = optimize(module, found.pipeline, engine=engine)
+    if result.instruction_count != found.instruction_count:
+        raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "
+                           f"when re-run, {found.instruction_count} when searched (non-deterministic pass?)")
+    return found, result
+
+

@@ -1,0 +1,628 @@
+"""Pretraining PQ-BERT on a corpus store: data preparation, the masked-LM training loop, MLM evaluation.
+
+Steps (``bpq pretrain STORE --out RUN``, resumable at every stage):
+
+1. ``prepare``: fit the quantizer on a reservoir sample of reaction rows of the pretraining modules, then encode
+   every stored spectrum into codes, written as Parquet (``RUN/codes/{train,valid,test}.parquet``; one row per
+   module: ``sha256``, ``codes`` = P x M bytes). Spectra are streamed; memory does not grow with the corpus.
+2. ``train``: AdamW with linear warm-up and cosine decay, gradient clipping, masked-LM loss; CPU or CUDA, one
+   process or several under ``torchrun`` (DDP, gloo on CPU). Codes are streamed from the Parquet files through a
+   seeded shuffle buffer. The masks of a global batch depend only on (seed, step), so a run with W processes
+   computes the same gradients as one process on the same global batch.
+3. Every ``eval_every`` steps: masked-code accuracy per head on the validation modules; ``RUN/train-state.pt``
+   is rewritten (resume with the same command); ``RUN/log.csv`` and ``RUN/training-curve.png`` grow.
+4. At the end: the encoder checkpoint ``RUN/encoder`` (see :mod:`behavioral_pq.embedding.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from behavioral_pq.config import ConfigError, from_dict, load_toml
+from behavioral_pq.corpus.reader import Corpus
+from behavioral_pq.embedding.checkpoint import save_encoder
+from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, masked_lm_loss
+from behavioral_pq.embedding.probes import load_probes
+from behavioral_pq.embedding.quantizer import Quantizer
+from behavioral_pq.embedding.spectrum import REACTIONS
+from behavioral_pq.errors import PretrainError
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimization and data settings of a pretraining run (the ``[training]`` table of a config file)."""
+
+    batch_size: int = 64               # global: split over the processes of a torchrun job
+    learning_rate: float = 5e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    max_steps: int = 1500
+    min_lr_ratio: float = 0.1          # cosine decay ends at learning_rate * min_lr_ratio
+    grad_clip: float = 1.0
+    mask_probability: float = 0.15
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 250
+    shuffle_buffer: int = 8192         # modules held for shuffling
+    quantizer_rows: int = 262_144      # reaction rows sampled to fit the quantizer
+    validation_modules: int = 1000     # at most this many modules per held-out split
+    reaction: str = "log-relative"     # or "absolute" (ablation: h_opt - h_orig)
+    quantizer_subspaces: int = 8       # M; 1 makes the quantizer k-means on whole reaction rows (ablation)
+
+    def __post_init__(self):
+        for name in ("batch_size", "max_steps", "log_every", "eval_every", "shuffle_buffer", "quantizer_rows",
+                     "validation_modules"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+        if self.reaction not in REACTIONS:
+            raise ValueError(f"reaction must be one of {REACTIONS}, got {self.reaction!r}")
+        if self.quantizer_subspaces <= 0 or 56 % self.quantizer_subspaces:
+            raise ValueError(f"quantizer_subspaces must divide 56, got {self.quantizer_subspaces}")
+        if not 0.0 < self.mask_probability < 1.0:
+            raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """A whole run: the model (``[model]``: ``preset`` plus PQBertConfig overrides) and ``[training]``."""
+
+    model: dict = field(default_factory=lambda: {"preset": "small"})
+    training: TrainingConfig = TrainingConfig()
+
+    def model_config(self, num_probes: int) -> PQBertConfig:
+        overrides = {k: v for k, v in self.model.items() if k != "preset"}
+        try:
+            return PQBertConfig.preset(self.model.get("preset", "base"), num_probes=num_probes, **overrides)
+        except TypeError as exc:
+            raise ConfigError(f"[model]: {exc}") from None
+
+    def to_dict(self) -> dict:
+        return {"model": dict(self.model), "training": asdict(self.training)}
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "pretraining config") -> "PretrainConfig":
+        unknown = sorted(set(data) - {"model", "training"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown tables {unknown}; known: ['model', 'training']")
+        config = cls(model=dict(data.get("model", {"preset": "small"})),
+                     training=from_dict(TrainingConfig, data.get("training", {}), f"{where} [training]"))
+        config.model_config(100)  # validates the model table
+        return config
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "PretrainConfig":
+        return cls.from_dict(load_toml(path), str(path))
+
+
+# -- 1. data preparation ---------------------------------------------------------------------------------------
+
+def split_modules(corpus, seed: int, limit: int, measured: Optional[set] = None) -> Dict[str, List[str]]:
+    """Module hashes per split. train: the store's pretraining corpus (everything but the labelled modules of the
+    valid and test splits); valid / test: at most ``limit`` of those held-out labelled modules (seeded), drawn from
+    the ``measured`` ones (with stored spectra) when given. An unsplit store holds out every module whose hash
+    starts with '0' or '1' (about 1/8) as valid."""
+    train = corpus.pretraining()
+    held = {}
+    if corpus.store.splits():
+        known = set(train)
+        for name in ("valid", "test"):
+            held[name] = sorted(s for s in corpus.split(name) if s not in known and (measured is None or s in measured))
+    else:
+        held["valid"] = [s for s in train if s[0] in "01"]
+        train = [s for s in train if s[0] not in "01"]
+        held["test"] = []
+    rng = np.random.default_rng(seed)
+    for name, shas in held.items():
+        if len(shas) > limit:
+            held[name] = sorted(rng.choice(shas, size=limit, replace=False).tolist())
+    return {"train": train, **held}
+
+
+def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int, reaction: str = "log-relative"
+                ) -> np.ndarray:
+    """A uniform reservoir sample of ``size`` reaction rows, float32 (<= size, 56), from the spectra of ``shas``
+    (streamed)."""
+    rng = np.random.default_rng(seed)
+    reservoir = np.zeros((size, 56), np.float32)
+    seen = 0
+    for _, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
+        rows = spectra.reshape(-1, 56)
+        index = seen + np.arange(len(rows))
+        fill = index < size
+        reservoir[index[fill]] = rows[fill]
+        slots = rng.integers(0, index[~fill] + 1) if (~fill).any() else np.zeros(0, np.int64)
+        keep = slots < size
+        reservoir[slots[keep]] = rows[~fill][keep]
+        seen += len(rows)
+    return reservoir[:min(seen, size)]
+
+
+def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path, reaction: str = "log-relative"
+                 ) -> List[str]:
+    """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes); returns
+    the hashes of the modules written (those with a measured spectrum)."""
+    schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary())])
+    tmp = path.with_name(path.name + ".tmp")
+    written: List[str] = []
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
+            n, p, d = spectra.shape
+            codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)              # (n, P, M)
+            writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes]},
+                                        schema=schema), row_group_size=4096)
+            written.extend(batch_shas)
+    os.replace(tmp, path)
+    return written
+
+
+def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config: PretrainConfig,
+            probes=None, modules_like: Optional[Union[str, os.PathLike]] = None) -> dict:
+    """Fit the quantizer and encode the corpus into ``out`` (skipped when ``out/prepare.json`` exists).
+
+    Args:
+        modules_like: another run folder whose train / valid / test modules to use, so that an ablation sees
+            exactly the data of the run it is compared with (default: :func:`split_modules`).
+    """
+
+    out = Path(out)
+    done = out / "prepare.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    t = config.training
+    corpus = Corpus(store)
+    probe_set = load_probes(probes)
+    if modules_like is not None:
+        splits = {name: pq.read_table(Path(modules_like) / "codes" / f"{name}.parquet", columns=["sha256"])
+                  .column(0).to_pylist() for name in ("train", "valid", "test")}
+    else:
+        splits = split_modules(corpus, t.seed, t.validation_modules,
+                               corpus.store.keys("spectra", probe_set=probe_set.hash))
+    start = time.perf_counter()
+    rows = sample_rows(corpus, probe_set, splits["train"], t.quantizer_rows, t.seed, t.reaction)
+    if len(rows) == 0:
+        raise PretrainError(f"{store}: no stored spectra for probe set {probe_set.name} among the pretraining "
+                            f"modules; run: bpq corpus spectra {store}")
+    quantizer = Quantizer(num_subspaces=t.quantizer_subspaces, seed=t.seed).fit(rows)
+    fit_seconds = time.perf_counter() - start
+    (out / "codes").mkdir(parents=True, exist_ok=True)
+    quantizer.save(out / "quantizer.npz")
+    probe_set.save(out / "probes.json")
+    encoded = {name: encode_split(corpus, probe_set, quantizer, shas, out / "codes" / f"{name}.parquet", t.reaction)
+               for name, shas in splits.items()}
+    m = quantizer.num_subspaces
+    valid_rows = np.concatenate([c.reshape(-1, m) for c in iter_code_arrays(out / "codes" / "valid.parquet", m)] or
+                                [np.zeros((0, quantizer.num_subspaces), np.uint8)])
+    summary = {
+        "store": str(Path(store).resolve()), "corpus": corpus_description(corpus, encoded["train"]),
+        "probe_set": probe_set.name, "probe_set_hash": probe_set.hash,
+        "modules": {name: len(shas) for name, shas in encoded.items()},
+        "quantizer": {"rows_fit": len(rows), "fit_seconds": round(fit_seconds, 1),
+                      "relative_error_fit_rows": round(quantizer.relative_error(rows), 4),
+                      "code_usage_valid": quantizer.code_usage(valid_rows) if len(valid_rows) else None},
+        "prepare_seconds": round(time.perf_counter() - start, 1),
+    }
+    done.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def corpus_description(corpus, shas: Sequence[str]) -> dict:
+    """What the pretraining modules are: their number, counts per input origin (a module built from inputs of
+    several origins counts for each), the size distribution, and the store's LLVM version."""
+    wanted = set(shas)
+    inputs = corpus.inputs(["sha256", "origin"])
+    per_origin: Dict[str, set] = {}
+    for sha, origin in zip(inputs.column("sha256").to_pylist(), inputs.column("origin").to_pylist()):
+        if sha in wanted:
+            per_origin.setdefault(origin or "?", set()).add(sha)
+    modules = corpus.modules(["sha256", "instruction_count"])
+    sizes = np.array([n for s, n in zip(modules.column(0).to_pylist(), modules.column(1).to_pylist())
+                      if s in wanted])
+    size = {q: int(np.quantile(sizes, v)) for q, v in (("min", 0), ("median", 0.5), ("max", 1))} if len(sizes) else {}
+    return {"modules": len(wanted), "origins": {k: len(v) for k, v in sorted(per_origin.items())},
+            "instruction_count": size, "llvm_version": corpus.store.manifest.get("llvm_version")}
+
+
+# -- 2. streaming codes ----------------------------------------------------------------------------------------
+
+def iter_code_arrays(path: Path, num_subspaces: int = 8) -> Iterator[np.ndarray]:
+    """Codes of a Parquet code file, one uint8 (n, P, M) array per row group."""
+    f = pq.ParquetFile(path)
+    for g in range(f.num_row_groups):
+        blobs = f.read_row_group(g, columns=["codes"]).column(0).to_pylist()
+        if blobs:
+            yield np.frombuffer(b"".join(blobs), np.uint8).reshape(len(blobs), -1, num_subspaces)
+
+
+def read_codes(path: Path, num_subspaces: int = 8) -> np.ndarray:
+    """All codes of a (small, held-out) code file: uint8 (N, P, M)."""
+    arrays = list(iter_code_arrays(path, num_subspaces))
+    return np.concatenate(arrays) if arrays else np.zeros((0, 0, num_subspaces), np.uint8)
+
+
+class CodeStream:
+    """An endless, seeded, shuffled stream of code arrays uint8 (P, M) from a Parquet code file.
+
+    Epoch e visits the row groups in a permutation drawn from (seed, e) and shuffles modules through a buffer of
+    ``buffer`` modules. Process ``rank`` of ``world`` takes the stream's items rank, rank + world, ...; so the
+    first B * world items of the single-process stream are, interleaved, the first B items of each process.
+    """
+
+    def __init__(self, path: Path, seed: int, buffer: int, rank: int = 0, world: int = 1, num_subspaces: int = 8):
+        self.file = pq.ParquetFile(path)
+        if self.file.metadata.num_rows == 0:
+            raise PretrainError(f"{path}: no modules to train on")
+        self.path, self.seed, self.buffer, self.rank, self.world = path, seed, buffer, rank, world
+        self.num_subspaces = num_subspaces
+
+    def _epoch(self, epoch: int) -> Iterator[np.ndarray]:
+        rng = np.random.default_rng([self.seed, epoch])
+        held: List[np.ndarray] = []
+        for g in rng.permutation(self.file.num_row_groups):
+            blobs = self.file.read_row_group(int(g), columns=["codes"]).column(0).to_pylist()
+            for blob in blobs:
+                item = np.frombuffer(blob, np.uint8).reshape(-1, self.num_subspaces)
+                if len(held) < self.buffer:
+                    held.append(item)
+                    continue
+                i = int(rng.integers(len(held)))
+                held[i], item = item, held[i]
+                yield item
+        for i in rng.permutation(len(held)):
+            yield held[int(i)]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        position, epoch = 0, 0
+        while True:
+            for item in self._epoch(epoch):
+                if position % self.world == self.rank:
+                    yield item
+                position += 1
+            epoch += 1
+
+    def batches(self, batch_size: int, skip: int = 0) -> Iterator[np.ndarray]:
+        """Batches uint8 (batch_size, P, M) of this process's items, after skipping ``skip`` batches (resume)."""
+        items = iter(self)
+        for _ in range(skip * batch_size):
+            next(items)
+        while True:
+            yield np.stack([next(items) for _ in range(batch_size)])
+
+
+# -- 3. training -----------------------------------------------------------------------------------------------
+
+def global_mask(step: int, seed: int, shape: tuple, probability: float):
+    """The mask of global batch ``step``: bool (B, P, M), the same in every process."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.rand(shape, generator=generator) < probability
+
+
+def learning_rate(step: int, t: TrainingConfig) -> float:
+    """Linear warm-up to ``learning_rate`` over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of it."""
+    if step < t.warmup_steps:
+        return t.learning_rate * (step + 1) / t.warmup_steps
+    progress = min(1.0, (step - t.warmup_steps) / max(1, t.max_steps - t.warmup_steps))
+    return t.learning_rate * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+class MaskedLM(torch.nn.Module):
+    """PQ-BERT with the masked-LM loss as its forward, so that DDP synchronizes the gradients of that loss."""
+
+    def __init__(self, model: PQBert):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs, labels, counts):
+        return masked_lm_loss(self.model, inputs, labels, counts)
+
+
+def mlm_accuracy(model, codes: np.ndarray, probability: float, seed: int, batch_size: int = 256,
+                 device=None) -> dict:
+    """Masked-code accuracy and loss per head on codes uint8 (N, P, M) with seeded masks (the same masks for
+    the same seed), the model in eval mode. Returns {"accuracy": [M], "loss": [M], "accuracy_mean", "loss_sum"}."""
+    device = device or next(model.parameters()).device
+    M = codes.shape[2]
+    generator = torch.Generator().manual_seed(seed)
+    ce, n, correct = torch.zeros(M, dtype=torch.float64), torch.zeros(M, dtype=torch.float64), \
+        torch.zeros(M, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(codes), batch_size):
+            batch = torch.from_numpy(codes[start:start + batch_size].astype(np.int64))
+            masked = torch.rand(batch.shape, generator=generator) < probability
+            inputs = batch.masked_fill(masked, MASK_ID).to(device)
+            labels = batch.masked_fill(~masked, IGNORE_INDEX).to(device)
+            _, s, c, k = masked_lm_loss(model, inputs, labels)
+            ce += s.double().cpu()
+            n += c.double().cpu()
+            correct += k.double().cpu()
+    model.train(was_training)
+    accuracy = (correct / n.clamp(min=1)).tolist()
+    loss = (ce / n.clamp(min=1)).tolist()
+    return {"accuracy": accuracy, "loss": loss, "accuracy_mean": float(np.mean(accuracy)),
+            "loss_sum": float(np.sum(loss))}
+
+
+def frequency_baseline(train_path: Path, codes: np.ndarray, probability: float, seed: int,
+                       num_subspaces: int = 8) -> dict:
+    """Accuracy per head of predicting, at each masked position, the most frequent training code of that head
+    and probe position; scored on the same seeded masks as :func:`mlm_accuracy`."""
+    counts = None
+    for array in iter_code_arrays(train_path, num_subspaces):                       # (n, P, M)
+        n, p, m = array.shape
+        if counts is None:
+            counts = np.zeros((p, m, 256), np.int64)
+        flat = (np.arange(p * m) * 256).reshape(p, m) + array.astype(np.int64)       # (n, P, M)
+        counts += np.bincount(flat.ravel(), minlength=p * m * 256).reshape(p, m, 256)
+    prediction = counts.argmax(-1)                                                   # (P, M)
+    generator = torch.Generator().manual_seed(seed)
+    M = codes.shape[2]
+    hits, total = np.zeros(M), np.zeros(M)
+    for start in range(0, len(codes), 256):
+        batch = codes[start:start + 256]
+        masked = (torch.rand(batch.shape, generator=generator) < probability).numpy()
+        right = (batch == prediction[None]) & masked
+        hits += right.sum(axis=(0, 1))
+        total += masked.sum(axis=(0, 1))
+    accuracy = (hits / np.maximum(total, 1)).tolist()
+    return {"accuracy": accuracy, "accuracy_mean": float(np.mean(accuracy))}
+
+
+@dataclass
+class _Distributed:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+def _init_distributed(device_name: Optional[str]) -> tuple:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if device_name is None:
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_name == "cuda" and not torch.cuda.is_available():
+        raise PretrainError("--device cuda: no CUDA device is available")
+    if world == 1:
+        return _Distributed(), torch.device(device_name)
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device_name == "cuda" else "gloo")
+    device = torch.device(f"cuda:{local_rank}") if device_name == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return _Distributed(dist.get_rank(), dist.get_world_size(), local_rank), device
+
+
+LOG_FIELDS = ("step", "elapsed_s", "learning_rate", "train_loss", "train_accuracy", "valid_loss",
+              "valid_accuracy", "sequences_per_s")
+
+
+def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optional[str] = None,
+          progress: bool = False, max_steps: Optional[int] = None) -> dict:
+    """Train PQ-BERT on the prepared codes in ``run`` (see :func:`prepare`); resumes from ``run/train-state.pt``.
+
+    Args:
+        device: "cpu", "cuda" or None (CUDA when available).
+        max_steps: stop after this many steps in this call (the schedule still follows the config), for tests.
+    Returns:
+        the run summary (also written to ``run/summary.json``).
+    """
+
+    run = Path(run)
+    t = config.training
+    dist_info, dev = _init_distributed(device)
+    if t.batch_size % dist_info.world:
+        raise PretrainError(f"batch_size {t.batch_size} is not divisible by the {dist_info.world} processes")
+    local_batch = t.batch_size // dist_info.world
+    prepared = json.loads((run / "prepare.json").read_text())
+    quantizer = Quantizer.load(run / "quantizer.npz")
+    probe_set = load_probes(run / "probes.json")
+    model_config = config.model_config(probe_set.num_probes)
+    if model_config.num_subspaces != quantizer.num_subspaces:
+        raise PretrainError(f"model has {model_config.num_subspaces} sub-spaces, quantizer {quantizer.num_subspaces}")
+
+    torch.manual_seed(t.seed)
+    model = PQBert(model_config).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, betas=(0.9, 0.98),
+                                  weight_decay=t.weight_decay)
+    state_path = run / "train-state.pt"
+    step, elapsed = 0, 0.0
+    if state_path.is_file():
+        state = torch.load(state_path, map_location=dev, weights_only=True)
+        if state["config"] != json.dumps(config.to_dict(), sort_keys=True):
+            raise PretrainError(f"{state_path} was written by another configuration; use another --out")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, elapsed = int(state["step"]), float(state["elapsed"])
+    wrapped = MaskedLM(model)
+    if dist_info.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = DistributedDataParallel(wrapped, device_ids=[dev.index] if dev.type == "cuda" else None)
+
+    stream = CodeStream(run / "codes" / "train.parquet", t.seed, t.shuffle_buffer, dist_info.rank, dist_info.world,
+                        quantizer.num_subspaces)
+    batches = stream.batches(local_batch, skip=step)
+    valid = read_codes(run / "codes" / "valid.parquet", quantizer.num_subspaces)
+    log_path = run / "log.csv"
+    if dist_info.main and not log_path.is_file():
+        with open(log_path, "w", newline="") as f:
+            csv.writer(f).writerow(LOG_FIELDS)
+    last = t.max_steps if max_steps is None else min(t.max_steps, step + max_steps)
+    bar = None
+    if progress and dist_info.main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=t.max_steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
+    window = {"ce": torch.zeros(model_config.num_subspaces, dtype=torch.float64),
+              "n": torch.zeros(model_config.num_subspaces, dtype=torch.float64),
+              "correct": torch.zeros(model_config.num_subspaces, dtype=torch.float64), "sequences": 0}
+    window_start = time.perf_counter()
+    model.train()
+    while step < last:
+        tick = time.perf_counter()
+        codes = torch.from_numpy(next(batches).astype(np.int64))                              # (b, P, M)
+        masked = global_mask(step, t.seed, (t.batch_size,) + tuple(codes.shape[1:]), t.mask_probability)
+        mine = masked[dist_info.rank::dist_info.world]                                        # (b, P, M)
+        counts = masked.sum(dim=(0, 1)).to(torch.float32).to(dev)                             # (M,) global
+        inputs = codes.masked_fill(mine, MASK_ID).to(dev)
+        labels = codes.masked_fill(~mine, IGNORE_INDEX).to(dev)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, t)
+        loss, ce, n, correct = wrapped(inputs, labels, counts)
+        optimizer.zero_grad(set_to_none=True)
+        (loss * dist_info.world).backward()   # DDP averages gradients over processes: undo it to sum the loss
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        optimizer.step()
+        stats = torch.stack([ce.double().cpu(), n.double().cpu(), correct.double().cpu()])
+        if dist_info.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(stats)
+        window["ce"] += stats[0]
+        window["n"] += stats[1]
+        window["correct"] += stats[2]
+        window["sequences"] += t.batch_size
+        elapsed += time.perf_counter() - tick
+        step += 1
+        if bar is not None:
+            bar.update(1)
+        evaluate = step % t.eval_every == 0 or step == last
+        if step % t.log_every == 0 or evaluate:
+            row = {"step": step, "elapsed_s": round(elapsed, 2), "learning_rate": f"{learning_rate(step - 1, t):.3g}",
+                   "train_loss": round(float((window["ce"] / window["n"].clamp(min=1)).sum()), 4),
+                   "train_accuracy": round(float((window["correct"] / window["n"].clamp(min=1)).mean()), 4),
+                   "valid_loss": "", "valid_accuracy": "",
+                   "sequences_per_s": round(window["sequences"] / max(1e-9, time.perf_counter() - window_start), 1)}
+            if evaluate and dist_info.main and len(valid):
+                result = mlm_accuracy(model, valid, t.mask_probability, t.seed + 1)
+                row["valid_loss"], row["valid_accuracy"] = round(result["loss_sum"], 4), round(
+                    result["accuracy_mean"], 4)
+                _append_jsonl(run / "eval.jsonl", {"step": step, **result})
+            if dist_info.main:
+                with open(log_path, "a", newline="") as f:
+                    csv.writer(f).writerow([row[k] for k in LOG_FIELDS])
+                if bar is not None:
+                    bar.set_postfix(loss=row["train_loss"], acc=row["train_accuracy"])
+            for key in ("ce", "n", "correct"):
+                window[key].zero_()
+            window["sequences"], window_start = 0, time.perf_counter()
+        if evaluate:
+            if dist_info.main:
+                _save_state(state_path, model, optimizer, step, elapsed, config)
+                plot_training_curve(log_path, run / "training-curve.png")
+            dist_info.barrier()
+    if bar is not None:
+        bar.close()
+    summary = {"steps": step, "max_steps": t.max_steps, "train_seconds": round(elapsed, 1),
+               "processes": dist_info.world, "device": dev.type, "prepared": prepared}
+    if step >= t.max_steps and dist_info.main:
+
+        final = mlm_accuracy(model, valid, t.mask_probability, t.seed + 1) if len(valid) else None
+        summary["valid"] = final
+        save_encoder(run / "encoder", model.cpu(), quantizer, probe_set, reaction=t.reaction,
+                     corpus=prepared["corpus"], seed=t.seed, training={**config.to_dict()["training"],
+                                                                       "steps": step, "seconds": round(elapsed, 1),
+                                                                       "processes": dist_info.world,
+                                                                       "device": dev.type,
+                                                                       "valid_accuracy": final})
+        (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    dist_info.barrier()
+    return summary
+
+
+def _append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _save_state(path: Path, model, optimizer, step: int, elapsed: float, config: PretrainConfig) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "elapsed": elapsed,
+                "config": json.dumps(config.to_dict(), sort_keys=True)}, tmp)
+    os.replace(tmp, path)
+
+
+def read_log(path: Path) -> List[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def plot_training_curve(log_path: Path, out: Path) -> None:
+    """Training and validation loss (left) and validation masked-code accuracy (right) against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_log(log_path)
+    if not rows:
+        return
+    step = [int(r["step"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(step, [float(r["train_loss"]) for r in rows], label="train loss", color="tab:blue")
+    valid = [r for r in rows if r["valid_loss"]]
+    ax.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "o-", label="valid loss",
+            color="tab:orange")
+    ax.set_xlabel("step")
+    ax.set_ylabel("masked-LM loss (sum over 8 heads)")
+    right = ax.twinx()
+    right.plot([int(r["step"]) for r in valid], [float(r["valid_accuracy"]) for r in valid], "s--",
+               color="tab:green", label="valid accuracy")
+    right.set_ylabel("valid masked-code accuracy (mean of heads)")
+    right.set_ylim(0, 1)
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
+    ax.set_title("PQ-BERT pretraining")
+    fig.tight_layout()
+    tmp = out.with_name(out.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, out)
+
+
+def pretrain(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config: PretrainConfig, *,
+             probes=None, device: Optional[str] = None, progress: bool = False,
+             max_steps: Optional[int] = None, modules_like: Optional[Union[str, os.PathLike]] = None) -> dict:
+    """Prepare (rank 0) and train; see the module docstring (``modules_like``: see :func:`prepare`)."""
+    dist_info, _ = _init_distributed(device)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "config.json"
+    if dist_info.main:
+        if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
+            raise PretrainError(f"{out} holds a run with another configuration ({saved}); use another --out")
+        saved.write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        prepare(store, out, config, probes, modules_like)
+    dist_info.barrier()
+    return train(out, config, device=device, progress=progress, max_steps=max_steps)
