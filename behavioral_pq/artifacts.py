@@ -198,6 +198,7 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
 
 def write_json_atomic(path: PathLike, data, *, indent: Optional[int] = 1, compact: bool = False) -> Path:
     """Write ``data`` as JSON (with a final newline) to ``path`` atomically."""
-    separators = (",", ":") if compact else None
-    return write_text_atomic(path, json.dumps(data, indent=None if compact else indent, separators=separators)
-                             + "\n")
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(data, f, indent=None if compact else indent, separators=(",", ":") if compact else None)
+        f.write("\n")
+    return Path(path)

@@ -174,3 +174,32 @@ def test_the_checker_sees_violations(tmp_path):
         test_no_import_cycles(fake)
     with pytest.raises(AssertionError, match="inside a function"):
         test_package_imports_are_at_module_top(fake)
+
+
+def test_every_error_class_lives_in_errors_and_is_a_bpq_error():
+    import behavioral_pq.errors as errors
+
+    elsewhere = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "errors.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if any(b.endswith(("Error", "Exception")) for b in bases):
+                    elsewhere.append(f"{path.relative_to(PACKAGE)}: {node.name}")
+    assert not elsewhere, f"error classes outside behavioral_pq/errors.py: {elsewhere}"
+    classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception)]
+    assert len(classes) > 20
+    for cls in classes:
+        assert issubclass(cls, errors.BPQError), cls
+        builtin = [b for b in cls.__mro__ if b.__module__ == "builtins" and b not in (Exception, BaseException, object)]
+        assert cls is errors.BPQError or builtin, f"{cls.__name__} subclasses no fitting built-in error"
+
+
+def test_public_surface_is_small_and_resolves():
+    import behavioral_pq
+
+    assert len(behavioral_pq.__all__) <= 20
+    for name in behavioral_pq.__all__:
+        assert getattr(behavioral_pq, name) is not None

@@ -13,6 +13,7 @@ from behavioral_pq.core.catalog import BASELINES, PASSES, get_pass
 from behavioral_pq.corpus import Corpus, build_corpus, discover
 from behavioral_pq.embedding.probes import ProbeSet, load_probes, random_probes
 from behavioral_pq.errors import BPQError
+from behavioral_pq.reports.probes import probe_report, write_report
 from behavioral_pq.training.genetic import TOTAL_INSTS, GAConfig
 from behavioral_pq.training.probe_search import (
     STATE_FILE,
@@ -20,9 +21,7 @@ from behavioral_pq.training.probe_search import (
     choose_samples,
     cluster_autophase,
     is_deterministic,
-    probe_report,
     search_probes,
-    write_report,
 )
 
 TINY = SearchConfig(num_probes=2, sample=3, holdout=2, checkpoint=2,

@@ -48,8 +48,9 @@ def cmd_search(args) -> int:
     from behavioral_pq.core.engine import Engine
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.embedding.probes import load_probes
+    from behavioral_pq.reports.probes import probe_report, write_report
     from behavioral_pq.training.genetic import GAConfig
-    from behavioral_pq.training.probe_search import SearchConfig, probe_report, search_probes, write_report
+    from behavioral_pq.training.probe_search import SearchConfig, search_probes
 
     corpus = Corpus(args.store)
     shas = corpus.pretraining()

@@ -9,13 +9,13 @@ list, and the programs Csmith failed to produce. Build them with the include dir
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
 from pathlib import Path
 from typing import List
 
+from behavioral_pq.artifacts import write_bytes_atomic, write_json_atomic
 from behavioral_pq.core.toolchain import run_tool
 from behavioral_pq.errors import ToolError, ToolNotFoundError, ToolTimeoutError
 
@@ -71,11 +71,9 @@ def generate_csmith(count: int, out: os.PathLike, *, seed: int = 0, timeout: flo
             except (ToolError, ToolTimeoutError) as exc:
                 failures.append(dict(entry, error=str(exc)))
                 continue
-            tmp = path.with_suffix(".c.tmp")
-            tmp.write_bytes(text)
-            os.replace(tmp, path)  # a killed run never leaves a half-written program
+            write_bytes_atomic(path, text)  # a killed run never leaves a half-written program
         programs.append(entry)
     record = {"generator": "csmith", "version": csmith_version(), "seed": seed, "count": count,
               "include": CSMITH_INCLUDE, "programs": programs, "failures": failures}
-    (out / "csmith.json").write_text(json.dumps(record, indent=1))
+    write_json_atomic(out / "csmith.json", record)
     return record

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from behavioral_pq.artifacts import atomic_path, write_text_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR
 from behavioral_pq.core.catalog import OZ_LIKE_ORDER, PASSES, get_pass, sequence_pipeline
 from behavioral_pq.core.engine import Engine
@@ -164,7 +165,7 @@ def build_states(store: Union[str, os.PathLike], out: Union[str, os.PathLike], p
         if json.loads(saved.read_text()) != settings:
             raise ValueError(f"{out} holds states made with other settings ({saved}); use another folder")
     else:
-        saved.write_text(json.dumps(settings, indent=2) + "\n")
+        write_text_atomic(saved, json.dumps(settings, indent=2) + "\n")
     done = set(read_states(out, columns=["program"]).column("program").to_pylist())
     wanted = [p for p in dict.fromkeys(programs) if p not in done]
     corpus = Corpus(store)
@@ -201,9 +202,8 @@ def build_states(store: Union[str, os.PathLike], out: Union[str, os.PathLike], p
 def _write_part(out: Path, rows: List[dict]) -> None:
     table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=SCHEMA)
     name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}.parquet"
-    tmp = out / f".{name}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, out / name)
+    with atomic_path(out / name) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def read_states(path: Union[str, os.PathLike], columns: Optional[Sequence[str]] = None, *,

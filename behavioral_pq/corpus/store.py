@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from behavioral_pq.artifacts import sha256_file, write_json_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR, LLVM_VERSION
 from behavioral_pq.core.catalog import CATALOG_VERSION
 from behavioral_pq.errors import CorpusError
@@ -86,28 +86,6 @@ SCHEMAS = {"inputs": INPUTS_SCHEMA, "modules": MODULES_SCHEMA, "labels": LABELS_
 KEYS = {"inputs": "key", "modules": "sha256", "labels": "sha256", "spectra": "sha256"}
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):  # a full disk leaves no half-written manifest copy behind
-            tmp.unlink(missing_ok=True)
-        raise
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -145,7 +123,7 @@ class CorpusStore:
             self.path.mkdir(parents=True, exist_ok=True)
             with self._locked():
                 if not (self.path / MANIFEST).exists():
-                    _write_json_atomic(self.path / MANIFEST, {
+                    write_json_atomic(self.path / MANIFEST, {
                         "format": FORMAT, "version": FORMAT_VERSION, "llvm_version": LLVM_VERSION,
                         "llvm_major": LLVM_MAJOR, "catalog_version": CATALOG_VERSION,
                         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shards": [],
@@ -250,7 +228,7 @@ class CorpusStore:
                 (self.path / relative).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, self.path / relative)
                 manifest["shards"].append(entry)
-                _write_json_atomic(self.path / MANIFEST, manifest)
+                write_json_atomic(self.path / MANIFEST, manifest)
                 self.manifest = manifest
         except OSError as exc:
             with contextlib.suppress(OSError):  # on a read-only file system even this fails
@@ -272,7 +250,7 @@ class CorpusStore:
             with self._locked():
                 manifest = self._read_manifest()
                 edit(manifest)
-                _write_json_atomic(self.path / MANIFEST, manifest)
+                write_json_atomic(self.path / MANIFEST, manifest)
                 self.manifest = manifest
         except OSError as exc:
             raise CorpusError(f"{self.path}: cannot update the manifest ({exc.strerror or exc}); "
@@ -394,7 +372,7 @@ class CorpusStore:
                 manifest = self._read_manifest()
                 old = manifest.get("splits")
                 manifest["splits"] = dict(info, path=name, sha256=sha256_file(self.path / name))
-                _write_json_atomic(self.path / MANIFEST, manifest)
+                write_json_atomic(self.path / MANIFEST, manifest)
                 self.manifest = manifest
                 if old and old.get("path") != name:
                     (self.path / old["path"]).unlink(missing_ok=True)

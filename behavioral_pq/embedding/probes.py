@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from behavioral_pq.artifacts import write_json_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR
 from behavioral_pq.core.catalog import PASSES, get_pass, sequence_pipeline
 from behavioral_pq.errors import BPQError, ProbeSetError
@@ -89,7 +90,7 @@ class ProbeSet:
 
     def save(self, path: Union[str, os.PathLike]) -> Path:
         path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        write_json_atomic(path, self.to_dict())
         return path
 
     @classmethod

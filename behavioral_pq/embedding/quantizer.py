@@ -25,6 +25,7 @@ from typing import Union
 
 import numpy as np
 
+from behavioral_pq.artifacts import write_bytes_atomic
 from behavioral_pq.errors import QuantizerError
 
 logger = logging.getLogger(__name__)
@@ -154,10 +155,7 @@ class Quantizer:
                   "num_rows_fit": self.num_rows_fit_, "centroids_sha256": _digest(self.centroids_)}
         buffer = io.BytesIO()
         np.savez(buffer, centroids=self.centroids_, header=np.frombuffer(json.dumps(header).encode(), np.uint8))
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(buffer.getvalue())
-        os.replace(tmp, path)
-        return path
+        return write_bytes_atomic(path, buffer.getvalue())
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "Quantizer":

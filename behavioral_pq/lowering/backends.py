@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple, Union
 
+from behavioral_pq.artifacts import write_text_atomic
 from behavioral_pq.core.toolchain import llc_assembly
 from behavioral_pq.errors import LoweringError
 from behavioral_pq.lowering.harness import Harness, Verdict, harness_for
@@ -41,7 +42,7 @@ class Lowering:
 
     def save(self, path: Union[str, Path]) -> Path:
         path = Path(path)
-        path.write_text(self.assembly)
+        write_text_atomic(path, self.assembly)
         return path
 
 

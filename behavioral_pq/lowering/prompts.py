@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from behavioral_pq.artifacts import write_json_atomic
 from behavioral_pq.lowering.llm import ChatClient, system, user
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class Prompt:
         path = directory / f"prompt-v{self.version}.json"
         if path.exists() and json.loads(path.read_text()).get("digest") != self.digest:
             raise FileExistsError(f"{path} holds a different prompt; versions are immutable")
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        write_json_atomic(path, self.to_json(), indent=2)
         return path
 
 

@@ -29,10 +29,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from behavioral_pq.artifacts import versions, write_json_atomic, write_text_atomic
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES
-from behavioral_pq.embedding.checkpoint import versions
 from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.reports.plotting import pyplot, save_figure
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
@@ -242,8 +243,8 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
     report["figures"] = figures
     report["targets"] = check_targets(report)
     report["seconds"] = round(time.perf_counter() - start, 1)
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.md").write_text(markdown(report))
+    write_json_atomic(out / "report.json", report, indent=2)
+    write_text_atomic(out / "report.md", markdown(report))
     return report
 
 
@@ -294,12 +295,9 @@ def per_pass_table(scores: np.ndarray, label_sets: Sequence[Sequence[int]], trai
 
 def tsne_figure(X: np.ndarray, label_sets: Sequence[Sequence[int]], path: Path, points: int, title: str) -> str:
     """t-SNE of (at most ``points``) rows of X coloured by the most frequent best pass; writes a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
 
+    plt = pyplot()
     rng = np.random.default_rng(0)
     pick = np.sort(rng.permutation(len(X))[:points])
     X, label_sets = X[pick], [label_sets[i] for i in pick]
@@ -320,8 +318,7 @@ def tsne_figure(X: np.ndarray, label_sets: Sequence[Sequence[int]], path: Path, 
     ax.set_yticks([])
     ax.legend(fontsize=7, markerscale=2, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return path.name
 
 

@@ -22,10 +22,12 @@ from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
+from behavioral_pq.artifacts import write_json_atomic, write_text_atomic
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import BPQError, CorpusError
+from behavioral_pq.reports.plotting import pyplot, save_figure
 from behavioral_pq.tasks.guidance import greedy_search, random_search, recommend_pipeline
 
 METHODS = ("pqbert-library", "random-neighbors", "random", "greedy")
@@ -109,12 +111,10 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
             rows.append(row)
         except BPQError as exc:
             failed.append({"program": module.sha256, "name": module.name, "error": f"{type(exc).__name__}: {exc}"})
-    with (out / "per_program.jsonl").open("w") as sink:
-        for row in rows:
-            sink.write(json.dumps(row) + "\n")
+    write_text_atomic(out / "per_program.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     report = _summarize(rows, failed, budgets, library, split, neighbors, seed)
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.md").write_text(_markdown(report))
+    write_json_atomic(out / "report.json", report, indent=2)
+    write_text_atomic(out / "report.md", _markdown(report))
     _plot(report, out / "budgets.png")
     return report
 
@@ -187,11 +187,7 @@ def _markdown(report: dict) -> str:
 
 
 def _plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     budgets = report["budgets"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in METHODS:
@@ -203,5 +199,4 @@ def _plot(report: dict, path: Path) -> None:
     ax.set_title(f"Pipeline guidance, {report['programs']} {report['split']} programs")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from behavioral_pq._version import __version__
+from behavioral_pq.artifacts import write_json_atomic, write_text_atomic
 from behavioral_pq.core.module import load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import llc_assembly, llvm_tool_version
@@ -376,13 +377,11 @@ def _histogram(values) -> Dict[str, int]:
 def write_report(out: Path, report: Dict, outcomes: Dict[str, List[TaskOutcome]]) -> Path:
     """``lowering.md``, ``lowering.json`` and ``lowering_per_task.jsonl`` into ``out`` (created)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lowering.json").write_text(json.dumps(report, indent=1) + "\n")
-    with open(out / "lowering_per_task.jsonl", "w") as f:
-        for config, rows in outcomes.items():
-            for row in rows:
-                f.write(json.dumps({"config": config, **dataclasses.asdict(row), "speedup": row.speedup}) + "\n")
-    path = out / "lowering.md"
-    path.write_text(render_markdown(report, outcomes))
+    write_json_atomic(out / "lowering.json", report)
+    write_text_atomic(out / "lowering_per_task.jsonl", "".join(
+        json.dumps({"config": config, **dataclasses.asdict(row), "speedup": row.speedup}) + "\n"
+        for config, rows in outcomes.items() for row in rows))
+    path = write_text_atomic(out / "lowering.md", render_markdown(report, outcomes))
     return path
 
 

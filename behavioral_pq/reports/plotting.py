@@ -20,10 +20,10 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path) -> Path:
+def save_figure(fig, path, *, dpi: int = 110) -> Path:
     """Save ``fig`` to ``path`` atomically (the format follows the suffix) and close it."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=dpi)
     pyplot().close(fig)
     return Path(path)
 

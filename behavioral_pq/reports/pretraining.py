@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from behavioral_pq.artifacts import write_json_atomic, write_text_atomic
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.checkpoint import load_checkpoint
 from behavioral_pq.embedding.encoder import Encoder
@@ -110,7 +110,7 @@ def mlm_report(run, *, context_free_run=None, store: Optional[str] = None, seed:
 def write_report(report: dict, out: Path) -> None:
     """``out/REPORT.md`` and ``out/report.json``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json_atomic(out / "report.json", report)
     methods = report["methods"]
     heads = len(next(iter(methods.values()))["accuracy"])
     lines = ["# PQ-BERT masked-code accuracy (held-out test modules)", "",
@@ -135,4 +135,4 @@ def write_report(report: dict, out: Path) -> None:
                   f"{pooling['prior']['best_pass_top1']} |"]
         for name, r in pooling["methods"].items():
             lines.append(f"| {name} | {r['oz_benefit_mae_points']} | {r['best_pass_top1']} |")
-    (out / "REPORT.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "REPORT.md", "\n".join(lines) + "\n")

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from behavioral_pq.artifacts import atomic_path, write_json_atomic
 from behavioral_pq.config import ConfigError, from_dict, load_toml
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.checkpoint import save_encoder
@@ -160,16 +161,14 @@ def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path, 
     """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes); returns
     the hashes of the modules written (those with a measured spectrum)."""
     schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary())])
-    tmp = path.with_name(path.name + ".tmp")
     written: List[str] = []
-    with pq.ParquetWriter(tmp, schema) as writer:
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
             n, p, d = spectra.shape
             codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)              # (n, P, M)
             writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes]},
                                         schema=schema), row_group_size=4096)
             written.extend(batch_shas)
-    os.replace(tmp, path)
     return written
 
 
@@ -219,7 +218,7 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
                       "code_usage_valid": quantizer.code_usage(valid_rows) if len(valid_rows) else None},
         "prepare_seconds": round(time.perf_counter() - start, 1),
     }
-    done.write_text(json.dumps(summary, indent=2) + "\n")
+    write_json_atomic(done, summary, indent=2)
     return summary
 
 
@@ -555,7 +554,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
                                                                        "processes": dist_info.world,
                                                                        "device": dev.type,
                                                                        "valid_accuracy": final})
-        (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_json_atomic(run / "summary.json", summary, indent=2)
     dist_info.barrier()
     return summary
 
@@ -566,10 +565,9 @@ def _append_jsonl(path: Path, record: dict) -> None:
 
 
 def _save_state(path: Path, model, optimizer, step: int, elapsed: float, config: PretrainConfig) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "elapsed": elapsed,
-                "config": json.dumps(config.to_dict(), sort_keys=True)}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                    "elapsed": elapsed, "config": json.dumps(config.to_dict(), sort_keys=True)}, tmp)
 
 
 def read_log(path: Path) -> List[dict]:
@@ -605,10 +603,9 @@ def plot_training_curve(log_path: Path, out: Path) -> None:
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
     ax.set_title("PQ-BERT pretraining")
     fig.tight_layout()
-    tmp = out.with_name(out.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    os.replace(tmp, out)
 
 
 def pretrain(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config: PretrainConfig, *,
@@ -622,7 +619,7 @@ def pretrain(store: Union[str, os.PathLike], out: Union[str, os.PathLike], confi
     if dist_info.main:
         if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
             raise PretrainError(f"{out} holds a run with another configuration ({saved}); use another --out")
-        saved.write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        write_json_atomic(saved, config.to_dict(), indent=2)
         prepare(store, out, config, probes, modules_like)
     dist_info.barrier()
     return train(out, config, device=device, progress=progress, max_steps=max_steps)
