@@ -169,6 +169,47 @@ def test_compile_commands_keep_each_units_flags(tmp_path):
         list(from_compile_commands(db))
 
 
+def test_a_project_with_generated_headers_cxx_and_a_broken_unit(tmp_path):
+    """A real program as its build system records it: a header generated into the build folder, per-unit defines,
+    a C++ unit, a unit that does not compile. The project is one split group and counts as a real program."""
+    project = tmp_path / "proj"
+    (project / "src").mkdir(parents=True)
+    (project / "build" / "gen").mkdir(parents=True)
+    (project / "build" / "gen" / "config.h").write_text("#define TABLE_SIZE 16\n")   # written by "configure"
+    (project / "src" / "table.c").write_text('#include "config.h"\nint table[TABLE_SIZE];\n'
+                                             "int lookup(int i) { return table[i % TABLE_SIZE] * FACTOR; }\n")
+    (project / "src" / "main.c").write_text('#include "config.h"\nint lookup(int);\n'
+                                            "int main(void) { int s = 0; for (int i = 0; i < TABLE_SIZE; i++) "
+                                            "s += lookup(i); return s; }\n")
+    (project / "src" / "util.cc").write_text("#include <vector>\nint total(const std::vector<int>& v) "
+                                             "{ int s = 0; for (int x : v) s += x; return s; }\n")
+    (project / "src" / "broken.c").write_text("int broken(void) { return undeclared_thing; }\n")
+    build = project / "build"
+    commands = [{"directory": str(build), "file": str(project / "src" / name),
+                 "arguments": [cc, "-Igen", *defines, "-O2", "-c", str(project / "src" / name), "-o", name + ".o"]}
+                for name, cc, defines in (("table.c", "cc", ["-DFACTOR=3"]), ("main.c", "cc", []),
+                                          ("util.cc", "c++", ["-std=c++17"]), ("broken.c", "cc", []))]
+    db = build / "compile_commands.json"
+    db.write_text(json.dumps(commands))
+    items = list(from_compile_commands(db, project="proj"))
+    assert {i.origin for i in items} == {"project:proj"} and {i.group for i in items} == {"proj"}
+    with pytest.raises(ValueError, match="origin or project"):
+        list(from_compile_commands(db, project="proj", origin="x"))
+    with pytest.raises(ValueError, match="plain"):
+        list(from_compile_commands(db, project="a/b"))
+    store = tmp_path / "s"
+    summary = build_corpus(items, store, workers=1, labels=False)
+    assert summary.new_modules == 3 and summary.failures == {("compile", "CompileError"): 1}
+    texts = [m.text() for m in Corpus(store).iter_modules()]
+    assert any("[16 x i32]" in t and "mul nsw i32" in t and ", 3" in t for t in texts)   # generated header, define
+    assert any("_Z5totalRKSt6vectorIiSaIiEE" in t for t in texts)                          # the C++ unit
+    info = Corpus(store).info()
+    assert info["by_kind"] == {"real": {"<200": 3, "200-1k": 0, "1k-5k": 0, "5k-50k": 0, ">50k": 0}}
+    assert sum(info["by_size"].values()) == 3
+    split_corpus(store, seed=0)
+    assert len(set(Corpus(store).store.splits().values())) == 1    # one project, one side
+
+
 def test_resume_after_kill_equals_uninterrupted_build(tmp_path):
     programs = tiny_programs(tmp_path / "src", 30)
     script = textwrap.dedent(f"""\

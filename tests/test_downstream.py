@@ -11,6 +11,7 @@ from conftest import EXAMPLES
 import behavioral_pq as bpq
 from behavioral_pq.core.catalog import get_pass
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_corpus
+from behavioral_pq.corpus.buckets import BUCKET_NAMES
 from behavioral_pq.corpus.states import (
     NO_PASS,
     build_states,
@@ -258,6 +259,16 @@ def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     # the prior's Top-1 on task 1 equals the test share of the most frequent training best pass
     prior = saved["tasks"]["task1"]["prior"]["top1"]["mean"]
     assert 0.0 <= prior <= 1.0
+    # slices: the whole test split is one slice, its sizes partition it, and seed 0 of "all" is the first run
+    for task in ("task1", "task1b", "oz"):
+        sliced = saved["slices"][task]
+        assert sliced["all"]["items"] == sum(v["items"] for k, v in sliced.items() if k in BUCKET_NAMES)
+        assert sliced["small"]["items"] == sliced["all"]["items"]          # the test store holds no project
+    first = saved["tasks"]["task1"]["pqbert"]["runs"][0]["top1"]
+    assert abs(saved["slices"]["task1"]["all"]["pqbert"] - first) < 1e-12
+    first_mae = saved["tasks"]["oz"]["raw-spectrum"]["runs"][0]["mae"]
+    assert abs(saved["slices"]["oz"]["all"]["raw-spectrum"] - first_mae) < 1e-9
+    assert "By program kind and size" in text
 
 
 def bpq_cli(*args):

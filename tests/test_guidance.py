@@ -187,6 +187,10 @@ def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engi
     assert all(m in text for m in METHODS) and "budget 3" in text and (tmp_path / "budgets.png").stat().st_size
     rows = [json.loads(line) for line in (tmp_path / "per_program.jsonl").read_text().splitlines()]
     assert len(rows) == report["programs"] and all(r["counts"]["greedy"]["3"] <= r["oz_count"] for r in rows)
+    everything = report["slices"]["all"]
+    assert everything["programs"] == report["programs"]
+    assert everything["pqbert-library"] == report["geomean_oz_over_method"]["pqbert-library"]
+    assert "By program kind and size" in text and {r["kind"] for r in rows} == {"small"}
 
 
 def bpq_cli(*args):

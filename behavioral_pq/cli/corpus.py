@@ -10,7 +10,7 @@ import shlex
 CORPUS_EPILOG = """\
 examples:
   bpq corpus build ~/src/jotai/anghaLeaves --out store --origin jotai --group-regex 'extr_(.*?\\.c)_'
-  bpq corpus build ~/proj --compile-commands ~/proj/build/compile_commands.json --out store
+  bpq corpus build --compile-commands ~/proj/build/compile_commands.json --project proj --out store
   bpq corpus generate --csmith 1000 --seed 0 --out csmith-src
   bpq corpus build csmith-src --out store --origin csmith --include /usr/include/csmith
   bpq corpus split store --seed 0 && bpq corpus info store
@@ -56,7 +56,8 @@ def cmd_build(args) -> int:
     flags = shlex.split(args.cflags or "")
     if args.compile_commands:
         def items():
-            yield from from_compile_commands(args.compile_commands, origin=args.origin, group_regex=args.group_regex)
+            yield from from_compile_commands(args.compile_commands, origin=args.origin, group_regex=args.group_regex,
+                                             project=args.project)
     else:
         if not args.sources:
             raise ValueError("give SOURCES (files or directories) or --compile-commands")
@@ -66,7 +67,8 @@ def cmd_build(args) -> int:
                                 include=args.include or (), origin=args.origin, group_regex=args.group_regex)
     total = sum(1 for _ in items()) if not args.no_count else None
     description = {"command": "corpus build", "sources": [str(s) for s in args.sources or []],
-                   "compile_commands": args.compile_commands, "origin": args.origin, "per": args.per,
+                   "compile_commands": args.compile_commands, "project": args.project, "origin": args.origin,
+                   "per": args.per,
                    "language": args.language, "cflags": flags, "include": args.include or [],
                    "group_regex": args.group_regex, "labels": not args.no_labels, "llvm": LLVM_VERSION}
     with _executor(args) as executor:
@@ -165,6 +167,10 @@ def cmd_info(args) -> int:
     print(f"modules: {info['modules']} distinct ({info['duplicates']} duplicate inputs)")
     if sizes["count"]:
         print("instructions: " + ", ".join(f"{k} {sizes[k]:g}" for k in ("min", "p10", "median", "p90", "max")))
+        buckets = list(info["by_size"])
+        print(f"  {'modules by size':16s}" + "".join(f"{b:>9s}" for b in buckets))
+        for kind, row in info["by_kind"].items():
+            print(f"  {kind + ' programs':16s}" + "".join(f"{row[b]:9d}" for b in buckets))
     for kind, n in info["failures"].items():
         print(f"  failed {kind}: {n}")
     print(f"labels: {labels['labelled']} ok, {labels['failed']} failed")
@@ -223,6 +229,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--per", choices=("file", "directory"), default="file",
                    help="one module per file, or the files of each directory linked with llvm-link-19")
     p.add_argument("--compile-commands", metavar="JSON", help="build each unit of a compile_commands.json")
+    p.add_argument("--project", metavar="NAME",
+                   help="with --compile-commands: the units are one real program (origin project:NAME, one split "
+                        "group, reported as real programs)")
     p.add_argument("--group-regex", metavar="REGEX",
                    help="program group from the relative path (first capture group), for splits")
     p.add_argument("--no-labels", action="store_true", help="skip the 124-pass, -Oz and -O3 labels")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, find_tool, run_tool
+from behavioral_pq.corpus.buckets import project_origin
 from behavioral_pq.errors import CompileError, ToolError
 
 IR_SUFFIXES = (".ll", ".bc")
@@ -151,16 +152,25 @@ def _clean_arguments(arguments: Sequence[str], file: str) -> Tuple[str, ...]:
     return tuple(kept)
 
 
-def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None,
-                          group_regex: Optional[str] = None) -> Iterator[InputItem]:
-    """Yield one input item per translation unit of a ``compile_commands.json`` (as CMake or Bear write it).
+def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, group_regex: Optional[str] = None,
+                          project: Optional[str] = None) -> Iterator[InputItem]:
+    """Yield one input item per translation unit of a ``compile_commands.json`` (as CMake, Meson or Bear write
+    it).
 
     Each unit keeps its own flags (defines, includes, language standard) and runs in its own directory; the
     output, dependency, optimization and debug flags of the recorded command are dropped for ours.
 
+    Args:
+        project: the units are one real program: origin ``project:NAME`` (a *real* program for the reports,
+            :mod:`behavioral_pq.corpus.buckets`) and one split group, so a project never straddles train and test
+            (unless ``group_regex`` says otherwise).
     Raises:
-        FileNotFoundError, ValueError: a missing or malformed file.
+        FileNotFoundError, ValueError: a missing or malformed file, or both ``origin`` and ``project``.
     """
+    if project is not None:
+        if origin is not None:
+            raise ValueError("give origin or project, not both (a project's origin is 'project:NAME')")
+        origin = project_origin(project)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
@@ -186,8 +196,8 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None,
         flags = _clean_arguments(arguments, entry["file"])
         suffix = source.suffix
         language = "c++" if suffix in CXX_SUFFIXES else "c" if suffix in C_SUFFIXES else None
-        yield make_item([source], language=language, flags=flags, cwd=str(directory), origin=label,
-                        group=_group_of(str(source), regex))
+        group = project if project is not None and regex is None else _group_of(str(source), regex)
+        yield make_item([source], language=language, flags=flags, cwd=str(directory), origin=label, group=group)
 
 
 def load_bitcode(item: InputItem, *, timeout: float = 120.0) -> bytes:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.module import Module
+from behavioral_pq.corpus.buckets import BUCKET_NAMES, KINDS, bucket_counts, program_kind, size_bucket
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.embedding.probes import load_probes
 from behavioral_pq.embedding.spectrum import REACTIONS, log_relative
@@ -70,6 +71,15 @@ class Corpus:
         return (table.append_column("sources", pa.array([sources[s] for s in shas], pa.list_(pa.string())))
                 .append_column("origins", pa.array([sorted(origins[s]) for s in shas], pa.list_(pa.string())))
                 .append_column("groups", pa.array([sorted(groups[s]) for s in shas], pa.list_(pa.string()))))
+
+    def program_kinds(self) -> Dict[str, str]:
+        """Module hash -> ``"small"`` or ``"real"`` (see :mod:`behavioral_pq.corpus.buckets`)."""
+        origins: Dict[str, set] = defaultdict(set)
+        for batch in self.store.iter_batches("inputs", ["sha256", "origin", "status"]):
+            for sha, origin, status in zip(*(c.to_pylist() for c in batch.columns)):
+                if status == "ok":
+                    origins[sha].add(origin)
+        return {sha: program_kind(o) for sha, o in origins.items()}
 
     def iter_modules(self, batch_size: int = 256, only: Optional[set] = None) -> Iterator["Module"]:
         """Stream the stored modules as :class:`~behavioral_pq.Module` objects (memory: one batch)."""
@@ -177,6 +187,8 @@ class Corpus:
             "modules": len(sizes), "duplicates": ok_inputs - len(sizes),
             "failures": dict(failures.most_common()),
             "instruction_count": _distribution(sizes),
+            "by_size": bucket_counts(sizes),
+            "by_kind": _by_kind(modules.column("sha256").to_pylist(), sizes, self.program_kinds()),
             "shards": len(manifest["shards"]),
             "bytes": sum(s["bytes"] for s in manifest["shards"]),
         }
@@ -216,3 +228,11 @@ def _distribution(values: np.ndarray) -> dict:
     out = {"count": int(len(values)), "mean": float(np.mean(values)), "min": q[0], "p10": q[1], "median": q[2],
            "p90": q[3], "max": q[4]}
     return {k: (round(float(v), 4) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}
+
+
+def _by_kind(shas: Sequence[str], sizes: np.ndarray, kinds: Dict[str, str]) -> Dict[str, Dict[str, int]]:
+    """kind -> size bucket -> modules (kinds with no module left out)."""
+    table = {kind: dict.fromkeys(BUCKET_NAMES, 0) for kind in KINDS}
+    for sha, size in zip(shas, sizes):
+        table[kinds.get(sha, "small")][size_bucket(int(size))] += 1
+    return {kind: row for kind, row in table.items() if sum(row.values())}

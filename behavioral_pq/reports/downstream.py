@@ -31,6 +31,8 @@ import numpy as np
 
 from behavioral_pq.artifacts import versions, write_json_atomic, write_text_atomic
 from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.corpus.buckets import slices
+from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.reports.plotting import pyplot, save_figure
@@ -124,7 +126,7 @@ def _regress(name: str, X: Dict[str, np.ndarray], y: Dict[str, np.ndarray], conf
             settings = replace(config.train, seed=seed)
             model = OzBenefitRegressor(settings).fit(X["train"], y["train"], X["valid"], y["valid"])
         runs.append({"seed": seed, "mae": model.score(X["test"], y["test"]),
-                     "best_epoch": getattr(model, "best_epoch_", None)})
+                     "best_epoch": getattr(model, "best_epoch_", None), "_predictions": model.predict(X["test"])})
         if name == "prior":
             break
     return _summarize(runs, ("mae",))
@@ -135,8 +137,9 @@ def _summarize(runs: List[dict], metrics: Sequence[str]) -> dict:
     for m in metrics:
         values = np.array([r[m] for r in runs], np.float64)
         out[m] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
-    if "_scores" in runs[0]:
-        out["_scores"] = runs[0]["_scores"]
+    for key in ("_scores", "_predictions"):
+        if key in runs[0]:
+            out[key] = runs[0][key]
     return out
 
 
@@ -234,18 +237,41 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
         figures["tsne"] = tsne_figure(module_reps["test"][MAIN], sets1["test"], out / "tsne-task1.png",
                                       config.tsne_points, title="PQ-BERT embeddings of test modules, "
                                       "coloured by best pass")
+    kind_of = Corpus(store).program_kinds()
+    report["slices"] = {"task1": _task_slices(tasks["task1"], names, modules["test"], sets1["test"], kind_of),
+                        "oz": _task_slices(tasks["oz"], names, modules["test"], oz["test"], kind_of)}
+    if "task1b" in tasks:
+        report["slices"]["task1b"] = _task_slices(tasks["task1b"], names, state_parts["test"], sets1b["test"],
+                                                  kind_of)
     tasks["task1"]["_per_pass"] = per_pass_table(tasks["task1"][MAIN]["_scores"], sets1["test"],
                                                  class_frequencies(sets1["train"], 124), config.confusion_passes)
     for task in tasks.values():
         for result in task.values():
             if isinstance(result, dict):
                 result.pop("_scores", None)
+                result.pop("_predictions", None)
     report["figures"] = figures
     report["targets"] = check_targets(report)
     report["seconds"] = round(time.perf_counter() - start, 1)
     write_json_atomic(out / "report.json", report, indent=2)
     write_text_atomic(out / "report.md", markdown(report))
     return report
+
+
+def _task_slices(task: dict, names: Sequence[str], test: ItemSet, labels, kind_of: Dict[str, str]) -> dict:
+    """Each representation's seed-0 test score on each slice of the test items (program kind x size bucket, see
+    :mod:`behavioral_pq.corpus.buckets`): Top-1 for the classification tasks, MAE in points for -Oz benefit."""
+    kinds = [kind_of.get(group, "small") for group in test.groups]
+    out = {}
+    for name, mask in slices(kinds, test.instruction_count).items():
+        row: dict = {"items": int(mask.sum())}
+        for rep in names:
+            if "_scores" in task[rep]:
+                row[rep] = top_k_accuracy(task[rep]["_scores"][mask], [s for s, m in zip(labels, mask) if m], 1)
+            else:
+                row[rep] = float(np.abs(task[rep]["_predictions"][mask] - labels[mask]).mean() * 100)
+        out[name] = row
+    return out
 
 
 def _classification_task(task: str, names: Sequence[str], reps: Dict[str, Dict[str, np.ndarray]],
@@ -400,12 +426,37 @@ def markdown(report: dict) -> str:
               "| representation | kind | MAE (points) |", "|---|---|---|"]
     for n in names:
         lines.append(f"| {n} | {kind[n]} | {_ms(oz[n]['mae'], 1.0, 2)} |")
+    lines += _slice_lines(report.get("slices", {}), names)
     lines += ["", "## Targets", "", "| target | measured | needed | met |", "|---|---|---|---|"]
     for c in report["targets"]:
         lines.append(f"| {c['target']} | {c['value']:.4f} | {c['needed']:.4f} | {'yes' if c['met'] else '**no**'} |")
     lines += ["", "## Figures", ""] + [f"![{k}]({v})" for k, v in report["figures"].items()]
     lines += ["", f"Run time {report['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+SLICE_TITLES = {"task1b": "Task 1b Top-1", "task1": "Task 1 Top-1", "oz": "-Oz benefit MAE (points)"}
+
+
+def _slice_lines(slices_by_task: dict, names: Sequence[str]) -> List[str]:
+    """One table per task: rows are slices of the test split (all, sizes, program kinds, kind x size), columns
+    the representations (seed 0)."""
+    if not slices_by_task:
+        return []
+    lines = ["", "## By program kind and size", "",
+             "Seed 0 on the test split, sliced by program kind (small programs; real programs: units of whole "
+             "projects) and by IR instruction count.", ""]
+    for task, title in SLICE_TITLES.items():
+        if task not in slices_by_task:
+            continue
+        scale, digits = (1.0, 2) if task == "oz" else (100.0, 1)
+        lines += [f"{title}:", "", "| slice | items | " + " | ".join(names) + " |",
+                  "|---|---:|" + "---:|" * len(names)]
+        for name, row in slices_by_task[task].items():
+            lines.append(f"| {name} | {row['items']} | "
+                         + " | ".join(f"{row[n] * scale:.{digits}f}" for n in names) + " |")
+        lines.append("")
+    return lines
 
 
 def _per_pass_lines(table: dict, task: str) -> List[str]:

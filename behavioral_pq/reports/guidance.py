@@ -24,6 +24,7 @@ import numpy as np
 
 from behavioral_pq.artifacts import write_json_atomic, write_text_atomic
 from behavioral_pq.core.engine import default_engine
+from behavioral_pq.corpus.buckets import slices
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import BPQError, CorpusError
@@ -72,6 +73,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
     rows: List[dict] = []
     failed: List[dict] = []
     modules = list(corpus.iter_modules(only=set(chosen)))
+    kind_of = corpus.program_kinds()
     for module in tqdm(modules, disable=not progress, desc="guidance", unit="program"):
         try:
             start = time.perf_counter()
@@ -80,7 +82,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                 embedding = encoder.embed(module)
             embed_seconds = time.perf_counter() - start
             row = {"program": module.sha256, "name": module.name, "instruction_count": module.instruction_count,
-                   "counts": {m: {} for m in METHODS}, "seconds": {m: {} for m in METHODS}}
+                   "kind": kind_of.get(module.sha256, "small"), "counts": {m: {} for m in METHODS}, "seconds": {m: {} for m in METHODS}}
             random_ids = np.random.default_rng([seed, int(module.sha256[:8], 16)]).choice(
                 len(library), min(neighbors, len(library)), replace=False)
             for budget in budgets:
@@ -145,6 +147,12 @@ def _summarize(rows, failed, budgets, library, split, neighbors, seed) -> dict:
               "geomean_oz_over_method": ratios, "fraction_better_than_oz": improved, "seconds_per_program": seconds,
               "budget1_unguarded_geomean": unguarded, "winning_method_at_top_budget": methods,
               "instruction_count": {"median": float(np.median([r["instruction_count"] for r in rows])) if rows else 0}}
+    report["slices"] = {}
+    for name, mask in slices([r.get("kind", "small") for r in rows], [r["instruction_count"] for r in rows]).items():
+        part = [r for r, m in zip(rows, mask) if m]
+        report["slices"][name] = {"programs": len(part), **{
+            m: {str(b): geomean([max(r["oz_count"], 1) / max(r["counts"][m][b], 1) for r in part]) for b in budgets}
+            for m in METHODS}}
     if all(str(b) in ratios["pqbert-library"] for b in (1, 50)):
         report["targets"] = {name: bool(check(ratios)) for name, check in TARGETS.items()}
     return report
@@ -180,6 +188,12 @@ def _markdown(report: dict) -> str:
               f"{report['budget1_unguarded_geomean']:.4f}.", "",
               "Where the best pipeline came from at the largest budget: "
               + ", ".join(f"{k} {v}" for k, v in sorted(report["winning_method_at_top_budget"].items())) + "."]
+    if report.get("slices"):
+        top = str(budgets[-1])
+        lines += ["", f"## By program kind and size (geomean IC_Oz / IC at budget {top})", "",
+                  "| slice | programs | " + " | ".join(METHODS) + " |", "|---|---:|" + "---:|" * len(METHODS)]
+        for name, row in report["slices"].items():
+            lines.append(f"| {name} | {row['programs']} | " + " | ".join(f"{row[m][top]:.4f}" for m in METHODS) + " |")
     if "targets" in report:
         lines += ["", "## Targets", ""] + [f"- {'met' if ok else 'NOT met'}: {name}"
                                           for name, ok in report["targets"].items()]
