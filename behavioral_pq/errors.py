@@ -85,6 +85,10 @@ class LLMError(BPQError, RuntimeError):
     """An LLM endpoint failed: not configured, unreachable, or an HTTP error that retries did not cure."""
 
 
+class LLMNotConfiguredError(LLMError, ValueError):
+    """No LLM endpoint is configured (no base URL or model in the environment or settings file)."""
+
+
 class LLMTimeoutError(LLMError, TimeoutError):
     """An LLM endpoint did not answer within the timeout, on every try."""
 

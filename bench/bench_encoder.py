@@ -10,6 +10,7 @@ clang-19 as `load_module` does.
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import textwrap
@@ -19,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import behavioral_pq as bpq
+os.environ.setdefault("BPQ_NO_CACHE", "1")   # measure the probes every time (bench_cache.py times the cache)
+
+import behavioral_pq as bpq  # noqa: E402
 from behavioral_pq.core.engine import Engine
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.model import PQBert, PQBertConfig, mask_codes, masked_lm_loss

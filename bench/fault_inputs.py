@@ -58,7 +58,7 @@ def make_inputs(work: Path, huge_mib: int) -> Dict[str, Tuple[Path, bool]]:
         inputs[name] = (path, valid)
 
     put("empty", "empty.ll", b"")
-    put("empty-c", "empty.c", b"", valid=True)  # an empty translation unit: a valid module with nothing in it
+    put("empty-c", "empty.c", b"")  # an empty translation unit compiles, but there is no program to work on
     put("garbage", "garbage.bc", os.urandom(4096))
     put("garbage-bitcode-magic", "magic.bc", b"BC\xc0\xde" + os.urandom(4096))
     huge = base / "huge.ll"

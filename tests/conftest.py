@@ -1,7 +1,14 @@
+import os
+import tempfile
 from importlib import resources
 from pathlib import Path
 
 import pytest
+
+# Every test measures what it asks for: the on-disk spectrum cache is off unless a test turns it on, and it never
+# touches the user's cache folder (subprocesses of the CLI inherit both).
+os.environ["BPQ_NO_CACHE"] = "1"
+os.environ["BPQ_CACHE_DIR"] = tempfile.mkdtemp(prefix="bpq-test-cache-")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"

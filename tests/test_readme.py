@@ -12,7 +12,7 @@ def test_readme_python_example_runs(monkeypatch):
     assert blocks, "README has no Python example"
     monkeypatch.chdir(ROOT)
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
+        exec(compile(block, "README.md", "exec"), {"__name__": "__main__"})
 
 
 def test_readme_opens_with_the_two_commands():

@@ -211,7 +211,7 @@ def test_input_fault_matrix_through_the_cli(tmp_path):
     outcomes = {(r["command"], r["input"]): r["outcome"] for r in result["records"]}
     assert outcomes[("features", "garbage")] == "error"
     assert outcomes[("features", "valid-c-nasty-name")] == "ok"
-    assert outcomes[("lower", "empty-c")] == "ok"
+    assert outcomes[("lower", "empty-c")] == "error"       # an empty program is refused, not lowered
 
 
 # -- the fuzz tool -----------------------------------------------------------------------------------------------

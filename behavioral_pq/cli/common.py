@@ -1,15 +1,29 @@
-"""What every command group shares: JSON printing, the ``--passes`` syntax and the passes epilog."""
+"""What every command group shares: JSON printing, the ``--passes`` syntax, program arguments (several files,
+flags, a compile_commands.json), output checks and the one error format."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
+import os
+import shlex
+from pathlib import Path
+from typing import List, Optional, Sequence
 
 from behavioral_pq.core.catalog import resolve_pipeline
+from behavioral_pq.errors import CompileError
 
 PASSES_EPILOG = """\
 passes: catalog flags ("--passes='-sroa -gvn'" or "--passes=-sroa,-gvn"), catalog indices ("--passes 1,57"),
 Oz / O3, or a raw LLVM new-PM pipeline ("--passes 'function(sroa),gvn'").
 Environment: BPQ_WORKERS (worker processes), BPQ_TIMEOUT (seconds per pipeline run), BPQ_DEBUG=1 (tracebacks).
+"""
+
+PROGRAM_EPILOG = """\
+programs: one FILE, or several compiled and linked into one module (bpq features tok.c main.c -I include);
+-I/-D/--cflags go to clang; --compile-commands build/compile_commands.json takes each FILE's recorded flags
+(with no FILE: every unit it lists, linked).
 """
 
 
@@ -23,3 +37,101 @@ def parse_passes(text: str) -> str:
     if parts and all(p.isdigit() for p in parts):
         return resolve_pipeline([int(p) for p in parts])
     return resolve_pipeline(text)
+
+
+# -- programs: one module from several files, flags or a compile_commands.json -----------------------------------
+
+def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: bool = False) -> None:
+    """FILE... plus the flags a program needs. With ``several_modules`` each FILE is its own module (``embed``,
+    ``predict``); otherwise the files are one program, compiled and linked into one module."""
+    if several_modules:
+        parser.add_argument("files", metavar="FILE", nargs="+", help=".c/.cc/.cpp/.ll/.bc files, one module each")
+    else:
+        parser.add_argument("files", metavar="FILE", nargs="*",
+                            help=".c/.cc/.cpp/.ll/.bc files of one program (several are compiled and linked)")
+    group = parser.add_argument_group("compiling C/C++")
+    group.add_argument("-I", dest="include", action="append", default=[], metavar="DIR", help="include folder")
+    group.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]", help="macro")
+    group.add_argument("--cflags", metavar="FLAGS", help="more clang flags, e.g. --cflags='-std=c11 -w'")
+    if not several_modules:
+        group.add_argument("--compile-commands", metavar="JSON",
+                           help="take the flags of each FILE from a compile_commands.json; with no FILE, every "
+                                "unit it lists, linked into one program")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="measure spectra again instead of reading the spectrum cache (also: BPQ_NO_CACHE=1)")
+
+
+def program_flags(args) -> List[str]:
+    """The clang flags of ``-I``, ``-D`` and ``--cflags``."""
+    flags = [f"-I{d}" for d in args.include] + [f"-D{d}" for d in args.define]
+    return flags + shlex.split(args.cflags or "")
+
+
+def load_program(args):
+    """The one module of a program verb's FILE arguments (see :func:`add_program_arguments`)."""
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.toolchain import link_bitcode
+    from behavioral_pq.corpus.inputs import from_compile_commands, load_bitcode
+
+    flags = program_flags(args)
+    if getattr(args, "compile_commands", None):
+        items = list(from_compile_commands(args.compile_commands))
+        if args.files:
+            wanted = {str(Path(f).resolve()) for f in args.files}
+            chosen = [i for i in items if i.sources[0] in wanted]
+            missing = wanted - {i.sources[0] for i in chosen}
+            if missing:
+                raise ValueError(f"{args.compile_commands}: no entry for {', '.join(sorted(missing))}")
+        else:
+            chosen = items
+        if not chosen:
+            raise ValueError(f"{args.compile_commands}: lists no translation unit")
+        units = [load_bitcode(i if not flags else dataclasses.replace(i, flags=i.flags + tuple(flags)))
+                 for i in chosen]
+        name = Path(chosen[0].sources[0]).name if len(chosen) == 1 else f"{Path(args.compile_commands).name} " \
+            f"({len(chosen)} units)"
+        return load_module(link_bitcode(units, what=f"units of {args.compile_commands}"), name=name)
+    if not args.files:
+        raise ValueError("give FILE (or --compile-commands JSON)")
+    return load_module(args.files[0] if len(args.files) == 1 else list(args.files), flags=flags)
+
+
+def check_output(path) -> None:
+    """Refuse an output path that cannot be written, before any work starts."""
+    if path is None:
+        return
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a folder (give a file name)")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"{path}: cannot write there: no folder {parent}")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"{path}: cannot write there: {parent} is not writable")
+
+
+# -- errors ------------------------------------------------------------------------------------------------------
+
+def is_bad_input(exc: BaseException) -> bool:
+    """Whether an error is the user's input (exit 2) rather than a failure during the work (exit 1)."""
+    return isinstance(exc, (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+                            CompileError))
+
+
+def error_line(exc: BaseException, what: Optional[str] = None) -> str:
+    """``bpq: error: <what>: <why>`` on one line; ``what`` is added only when the message does not start with it."""
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in message:
+        message = f"{exc.filename}: {message}"
+    if what and not message.startswith((str(what), Path(str(what)).name)):
+        message = f"{what}: {message}"
+    return f"bpq: error: {message}"
+
+
+def batch_exit_code(errors: Sequence[Optional[BaseException]]) -> int:
+    """0 when every item succeeded; 2 when none did and every failure is bad input; else 1."""
+    failures = [e for e in errors if e is not None]
+    if not failures:
+        return 0
+    return 2 if len(failures) == len(errors) and all(is_bad_input(e) for e in failures) else 1

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from behavioral_pq.cli.common import PASSES_EPILOG, parse_passes, print_json
+from behavioral_pq.cli.common import (
+    PASSES_EPILOG,
+    PROGRAM_EPILOG,
+    add_program_arguments,
+    check_output,
+    load_program,
+    parse_passes,
+    print_json,
+)
 from behavioral_pq.cli.guidance import run_auto
 
 
@@ -29,9 +37,8 @@ def cmd_passes(args) -> int:
 
 def cmd_features(args) -> int:
     from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
-    from behavioral_pq.core.module import load_module
 
-    module = load_module(args.file)
+    module = load_program(args)
     names, values = (INSTCOUNT_FEATURES, instcount(module)) if args.instcount else \
         (AUTOPHASE_FEATURES, autophase(module))
     if args.json:
@@ -50,13 +57,14 @@ def cmd_features(args) -> int:
 
 def cmd_spectrum(args) -> int:
     from behavioral_pq.core.features import AUTOPHASE_FEATURES
-    from behavioral_pq.core.module import load_module
     from behavioral_pq.embedding.probes import load_probes
     from behavioral_pq.embedding.spectrum import spectra
     from behavioral_pq.reports.plotting import plot_spectrum
 
+    check_output(args.output)
+    check_output(args.plot)
     probes = load_probes(args.probes)
-    module = load_module(args.file)
+    module = load_program(args)
     batch = spectra([module], probes, progress=sys.stderr.isatty())
     batch.raise_first()
     values = batch.spectra[0]
@@ -87,14 +95,15 @@ def cmd_spectrum(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from behavioral_pq.core.module import load_module
     from behavioral_pq.core.passes import optimize
+    from behavioral_pq.tasks.guidance import describe_steps
 
     if bool(args.passes) == bool(args.auto):
         raise ValueError("give either --passes or --auto (see bpq optimize --help)")
     if args.budget < 0:
         raise ValueError(f"--budget must be >= 0, got {args.budget}")
-    module = load_module(args.file)
+    check_output(args.output)
+    module = load_program(args)
     found = None
     if args.auto:
         auto = run_auto(args, module)
@@ -120,7 +129,7 @@ def cmd_optimize(args) -> int:
         print(f"  -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
               f"(IC_Oz / IC = {found.improvement:.3f}), found by {found.method} in {found.compilations} of "
               f"{found.budget} compilations ({found.seconds:.2f} s)")
-        print(f"  pipeline: {' '.join(found.steps)}")
+        print(f"  pipeline: {describe_steps(found.steps)}")
     if args.output:
         print(f"wrote {args.output}")
     else:
@@ -178,23 +187,32 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("features", help="Autophase (or InstCount) features of a module")
-    p.add_argument("file", metavar="FILE")
+    p = sub.add_parser("features", help="Autophase (or InstCount) features of a module",
+                       description="The 56 Autophase features (CompilerGym's definition) of a program, or its "
+                                   "per-opcode InstCount: integer counts of the module as built.",
+                       epilog=PROGRAM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_program_arguments(p)
     p.add_argument("--instcount", action="store_true", help="per-opcode InstCount instead of Autophase")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_features)
 
-    p = sub.add_parser("spectrum", help="the P x 56 behavioral spectrum of a module")
-    p.add_argument("file", metavar="FILE")
+    p = sub.add_parser("spectrum", help="the P x 56 behavioral spectrum of a module",
+                       description="How a program's 56 Autophase features react to each of the probe set's P pass "
+                                   "sequences: log1p(after) - log1p(before), float32 (P, 56). Measured once per "
+                                   "module and probe set (the spectrum cache), then read back.",
+                       epilog=PROGRAM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_program_arguments(p)
     p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
     p.add_argument("--json", action="store_true", help="print the spectrum as JSON")
     p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (P, 56) with numpy")
     p.add_argument("--plot", metavar="PNG", help="save a heatmap of probes x features")
     p.set_defaults(func=cmd_spectrum)
 
-    p = sub.add_parser("optimize", help="apply passes to a module", epilog=PASSES_EPILOG,
+    p = sub.add_parser("optimize", help="apply passes to a module", epilog=PASSES_EPILOG + PROGRAM_EPILOG,
+                       description="Run catalog passes, -Oz/-O3 or a raw pipeline on a program, or let the "
+                                   "embedding choose the pipeline (--auto: fewest IR instructions).",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("file", metavar="FILE")
+    add_program_arguments(p)
     p.add_argument("--passes", metavar="PASSES", help="what to run (see below)")
     p.add_argument("--auto", action="store_true",
                    help="let the embedding choose the pipeline (program library + search; never worse than -Oz)")

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import shlex
+import sys
 
 CORPUS_EPILOG = """\
 examples:
@@ -37,14 +38,21 @@ def _executor(args):
         executor._client.close()
 
 
-def _print_summary(title: str, summary, as_json: bool) -> None:
+def _print_summary(title: str, summary, as_json: bool, job: str = "build") -> None:
     data = summary.to_dict()
     if as_json:
         print(json.dumps(data, indent=1))
         return
-    print(f"{title}: {data['done']} done, {data['skipped']} already in the store, {data['new_modules']} new modules, "
-          f"{data['duplicates']} duplicates, {data['labelled']} labelled, "
-          f"{sum(data['failures'].values())} failed, {data['seconds']:.1f} s")
+    failed = sum(data["failures"].values())
+    if job == "build":
+        done = (f"{data['done']} inputs done, {data['skipped']} already in the store, {data['new_modules']} new "
+                f"modules, {data['duplicates']} duplicates, {data['labelled']} labelled")
+    elif job == "labels":
+        done = f"{data['done']} modules labelled, {data['skipped']} already labelled"
+    else:
+        done = f"{data['done'] - failed} modules measured, {data['skipped']} already measured"
+    print(f"{title}: {done}, {failed} failed, {data['seconds']:.1f} s"
+          + (f" (bpq corpus info {title.split('-> ')[-1]} --failures lists them)" if failed else ""))
     for kind, n in data["failures"].items():
         print(f"  failed {kind}: {n}")
 
@@ -65,6 +73,9 @@ def cmd_build(args) -> int:
         def items():
             yield from discover(args.sources, per=args.per, language=args.language, flags=flags,
                                 include=args.include or (), origin=args.origin, group_regex=args.group_regex)
+    if next(iter(items()), None) is None:
+        where = args.compile_commands or ", ".join(str(s) for s in args.sources)
+        raise ValueError(f"{where}: no C/C++ source, .ll or .bc file found (nothing to build; no store written)")
     total = sum(1 for _ in items()) if not args.no_count else None
     description = {"command": "corpus build", "sources": [str(s) for s in args.sources or []],
                    "compile_commands": args.compile_commands, "project": args.project, "origin": args.origin,
@@ -100,7 +111,7 @@ def cmd_label(args) -> int:
     with _executor(args) as executor:
         summary = label_corpus(args.store, executor=executor, workers=args.workers, timeout=args.timeout,
                                progress=not args.quiet, flush_seconds=args.flush_seconds)
-    _print_summary(f"labels -> {args.store}", summary, args.json)
+    _print_summary(f"labels -> {args.store}", summary, args.json, job="labels")
     return 0
 
 
@@ -112,7 +123,7 @@ def cmd_spectra(args) -> int:
         summary = compute_spectra(args.store, args.probes, executor=executor, workers=args.workers,
                                   timeout=args.timeout, progress=not args.quiet, only=only,
                                   flush_seconds=args.flush_seconds)
-    _print_summary(f"spectra -> {args.store}", summary, args.json)
+    _print_summary(f"spectra -> {args.store}", summary, args.json, job="spectra")
     return 0
 
 
@@ -156,7 +167,18 @@ def cmd_split(args) -> int:
 def cmd_info(args) -> int:
     from behavioral_pq.corpus import Corpus
 
-    info = Corpus(args.store).info(verify=args.verify)
+    corpus = Corpus(args.store)
+    if args.failures:
+        failures = corpus.failures()
+        if args.json:
+            print(json.dumps(failures, indent=1))
+            return 0
+        for f in failures:
+            print(f"{f['table']}\t{f['stage'] or '-'}\t{f['error_kind']}\t{' '.join(f['sources']) or f['sha256']}\t"
+                  + (f["error"] or "").replace("\n", " ")[:1000])
+        print(f"{len(failures)} failures", file=sys.stderr)
+        return 0
+    info = corpus.info(verify=args.verify)
     if args.json:
         print(json.dumps(info, indent=1, default=float))
         return 0
@@ -291,6 +313,8 @@ def add_parsers(sub) -> None:
     p = csub.add_parser("info", help="counts, sizes, labels, failures, splits of a store")
     p.add_argument("store", metavar="STORE")
     p.add_argument("--verify", action="store_true", help="check every shard's checksum (exit 1 on a problem)")
+    p.add_argument("--failures", action="store_true", help="list every failed input, label and spectrum with its "
+                                                          "error")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
 

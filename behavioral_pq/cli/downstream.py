@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from behavioral_pq.cli.common import add_program_arguments, batch_exit_code, error_line, program_flags
+
 PREDICT_EPILOG = """\
 examples:
   bpq predict best-pass prog.c            # the 5 most likely best next passes, with probabilities
@@ -43,22 +45,26 @@ def _encoder(args):
 
 
 def cmd_predict(args) -> int:
+    from behavioral_pq.core.module import load_module
     from behavioral_pq.tasks.predictors import load_predictor, predict_best_pass, predict_oz_benefit
 
     kind = "best-pass" if args.target == "best-pass" else "oz-benefit"
     predictor = load_predictor(args.predictor, kind=kind, encoder=_encoder(args))
-    results, failed = [], 0
+    flags = program_flags(args)
+    results, errors = [], []
     for path in args.files:
         try:
+            module = load_module(path, flags=flags)
             if kind == "best-pass":
-                value = [p._asdict() for p in predict_best_pass(path, args.k, predictor=predictor)]
+                value = [p._asdict() for p in predict_best_pass(module, args.k, predictor=predictor)]
             else:
-                value = predict_oz_benefit(path, predictor=predictor)
+                value = predict_oz_benefit(module, predictor=predictor)
             results.append({"file": path, "prediction": value})
+            errors.append(None)
         except (ValueError, OSError, RuntimeError) as exc:
-            failed += 1
+            errors.append(exc)
             results.append({"file": path, "error": str(exc)})
-            print(f"bpq: {path}: {exc}", file=sys.stderr)
+            print(error_line(exc, path), file=sys.stderr)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
@@ -70,7 +76,7 @@ def cmd_predict(args) -> int:
                 print(f"{r['file']}: {ranked}")
             else:
                 print(f"{r['file']}: -Oz would remove about {r['prediction'] * 100:.1f}% of the instructions")
-    return 1 if failed else 0
+    return batch_exit_code(errors)
 
 
 def cmd_train(args) -> int:
@@ -122,7 +128,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("predict", help="best next pass or -Oz benefit of modules (shipped predictors)",
                        epilog=PREDICT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", choices=("best-pass", "oz"), help="what to predict")
-    p.add_argument("files", metavar="FILE", nargs="+")
+    add_program_arguments(p, several_modules=True)
     p.add_argument("-k", type=int, default=5, help="passes to list (best-pass; default 5)")
     p.add_argument("--predictor", metavar="DIR", help="predictor folder (default: the shipped one)")
     p.add_argument("--checkpoint", metavar="DIR", help="encoder the predictor was trained on (default: shipped)")

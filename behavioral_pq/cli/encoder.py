@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from behavioral_pq.cli.common import add_program_arguments, batch_exit_code, check_output, error_line, program_flags
+
 EMBED_EPILOG = """\
 examples:
   bpq embed prog.c                          # a short summary per module
@@ -14,7 +16,8 @@ examples:
   bpq embed prog.c --json                   # [{"file": ..., "embedding": [...]}]
   bpq embed prog.c --checkpoint runs/p1/encoder --pooling cls
 
-A FILE that cannot be embedded is reported on stderr; the others still are, and the exit status is 1.
+A FILE that cannot be embedded is reported on stderr; the others still are (exit status 1; 2 when no FILE
+could be read at all).
 """
 
 PRETRAIN_EPILOG = """\
@@ -34,12 +37,14 @@ def cmd_embed(args) -> int:
 
     from behavioral_pq.embedding.encoder import load_encoder
 
+    check_output(args.output)
     encoder = load_encoder(args.checkpoint, pooling=args.pooling)
-    batch = encoder.embed_batch(args.files, workers=args.workers, progress=len(args.files) > 1 and not args.quiet)
+    batch = encoder.embed_batch(args.files, workers=args.workers, progress=len(args.files) > 1 and not args.quiet,
+                                flags=program_flags(args))
     vectors, errors = batch.embeddings, batch.errors
     for file, error in zip(args.files, errors):
         if error is not None:
-            print(f"bpq: error: {file}: {str(error).strip().splitlines()[0]}", file=sys.stderr)
+            print(error_line(error, file), file=sys.stderr)
     if args.output:
         np.save(args.output, vectors)
     if args.json:
@@ -52,7 +57,7 @@ def cmd_embed(args) -> int:
     elif not args.quiet:
         print(f"{len(args.files) - sum(e is not None for e in errors)} of {len(args.files)} embedded "
               f"-> {args.output} (float32 {vectors.shape})", file=sys.stderr)
-    return 1 if any(e is not None for e in errors) else 0
+    return batch_exit_code(errors)
 
 
 def cmd_pretrain(args) -> int:
@@ -76,7 +81,7 @@ def cmd_pretrain(args) -> int:
 def add_parsers(sub) -> None:
     p = sub.add_parser("embed", help="embeddings of modules (the shipped encoder by default)", epilog=EMBED_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", metavar="FILE", nargs="+")
+    add_program_arguments(p, several_modules=True)
     p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint folder (default: the shipped one)")
     p.add_argument("--pooling", choices=("mean", "cls"), help="mean of probe states (default) or [CLS]")
     p.add_argument("--workers", type=int, metavar="N", help="engine worker processes for the spectra")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 LIBRARY_EPILOG = """\
@@ -38,7 +39,10 @@ def run_auto(args, module) -> dict:
         raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder) if args.library or encoder else None
-    found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn)
+    if sys.stderr.isatty():
+        print(f"embedding {module.name} (probes), then trying up to {args.budget} pipelines...", file=sys.stderr)
+    found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn,
+                                           progress=sys.stderr.isatty())
     if args.learn:
         library.save(args.library)
     return {"recommendation": found, "result": result}

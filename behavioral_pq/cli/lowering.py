@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from behavioral_pq.cli.common import parse_passes
+from behavioral_pq.cli.common import add_program_arguments, check_output, load_program, parse_passes
 
 LLM_HELP = """\
 LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
@@ -89,17 +89,17 @@ def _lowering_json(lowering) -> dict:
 
 
 def cmd_lower(args) -> int:
-    from behavioral_pq.core.module import load_module
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.errors import ToolError
     from behavioral_pq.lowering.backends import lower
     from behavioral_pq.lowering.harness import static_cost
     from behavioral_pq.lowering.tasks import load_tasks
 
-    if bool(args.file) == bool(args.task):
+    if bool(args.files or args.compile_commands) == bool(args.task):
         raise ValueError("give a FILE or --task NAME (see bpq lower --help)")
+    check_output(args.output)
     task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
-    module = task.module() if task else load_module(args.file)
+    module = task.module() if task else load_program(args)
     optimized = optimize(module, parse_passes(args.passes)) if args.passes.lower() != "none" else module
     lowering = lower(optimized, _backend(args), task=task, verify=True if args.verify else None,
                      reference=module)
@@ -123,24 +123,24 @@ def cmd_lower(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from behavioral_pq.core.module import load_module
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.core.toolchain import assemble
     from behavioral_pq.lowering.backends import lower
     from behavioral_pq.lowering.harness import defines_main
-    from behavioral_pq.tasks.guidance import recommend_pipeline
+    from behavioral_pq.tasks.guidance import describe_steps, recommend_pipeline
 
     if args.auto_passes and args.passes:
         raise ValueError("give --auto-passes or --passes, not both")
+    check_output(args.output)
     start = time.monotonic()
-    module = load_module(args.file)
+    module = load_program(args)
     print(f"1. load       {module.name}: {module.instruction_count} IR instructions")
     if args.auto_passes:
         found = recommend_pipeline(module, args.budget)
         pipeline = found.pipeline
         print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
               f"compilations (-Oz gives {found.oz_count} instructions, this {found.instruction_count})")
-        print("   pipeline:  " + textwrap.shorten(" ".join(found.steps), 300, placeholder=" ..."))
+        print("   pipeline:  " + textwrap.shorten(describe_steps(found.steps), 300, placeholder=" ..."))
     else:
         pipeline = parse_passes(args.passes or "Oz")
         print(f"2. passes     {args.passes or 'Oz'}")
@@ -151,7 +151,8 @@ def cmd_compile(args) -> int:
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
     program = defines_main(optimized)
-    output = Path(args.output or (Path(args.file).stem + ("" if program else ".o")))
+    stem = Path(args.files[0]).stem if args.files else "program"
+    output = Path(args.output or (stem + ("" if program else ".o")))
     source = output.with_suffix(".s") if args.keep_assembly else None
     if source is not None:
         source.write_text(lowering.assembly)
@@ -233,7 +234,7 @@ def add_parsers(sub) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("lower", help="lower a module to x86-64 assembly with llc or an LLM (verified)",
                        epilog=LOWER_EPILOG, formatter_class=fmt)
-    p.add_argument("file", nargs="?", help=".c/.cc/.ll/.bc file")
+    add_program_arguments(p)
     p.add_argument("--task", metavar="NAME", help="a task from --task-set instead of FILE (checked by its tests)")
     p.add_argument("--task-set", default="all", help="functions, kernels, all (default) or a task-set .json")
     p.add_argument("--passes", default="Oz", help="passes to run before lowering (default Oz; 'none' for none)")
@@ -247,7 +248,7 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("compile", help="embed, recommend passes, optimize, lower, verify and link",
                        epilog=COMPILE_EPILOG, formatter_class=fmt)
-    p.add_argument("file", help=".c/.cc/.ll/.bc file")
+    add_program_arguments(p)
     p.add_argument("--auto-passes", action="store_true", help="passes recommended from the embedding")
     p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
     p.add_argument("--passes", help="passes to run instead (default Oz)")

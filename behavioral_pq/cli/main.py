@@ -8,15 +8,17 @@ its parsers through ``add_parsers``; library modules load inside each command, s
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import List, Optional
 
 from behavioral_pq._version import __version__
 from behavioral_pq.cli import core, corpus, downstream, encoder, guidance, lowering, probes
-from behavioral_pq.cli.common import PASSES_EPILOG
+from behavioral_pq.cli.common import PASSES_EPILOG, error_line, is_bad_input
 
-EXIT_ERROR = 2
+EXIT_ERROR = 2     # bad input
+EXIT_FAILURE = 1   # a failure during the work
 
 #: Command groups in the order ``bpq --help`` lists them.
 GROUPS = (core, corpus, probes, encoder, downstream, guidance, lowering)
@@ -34,9 +36,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose value may start with "-" (a pass flag): ``--passes -sroa`` is read as ``--passes=-sroa``.
+DASH_VALUE_OPTIONS = ("--passes",)
+
+
+def join_dash_values(argv: List[str]) -> List[str]:
+    """``--passes -sroa`` -> ``--passes=-sroa`` (argparse would take ``-sroa`` for an option)."""
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in DASH_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and not argv[i + 1].startswith("--"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``bpq``. Exit status: 0 done, 2 bad input (file, IR, source, option), 1 a failure during the work
+    (a pass crash or timeout, a tool or endpoint failing); errors are one line, ``bpq: error: <what>: <why>``."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_dash_values(list(sys.argv[1:] if argv is None else argv)))
+    debug = bool(os.environ.get("BPQ_DEBUG"))
+    if not debug:   # the library logs what the CLI also prints; one line per problem is enough
+        logging.getLogger("behavioral_pq").addHandler(logging.NullHandler())
+        logging.getLogger("behavioral_pq").propagate = False
+    if getattr(args, "no_cache", False):
+        os.environ["BPQ_NO_CACHE"] = "1"
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -47,13 +76,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except (ValueError, OSError, RuntimeError, TimeoutError) as exc:  # BPQError subclasses these
-        if os.environ.get("BPQ_DEBUG"):
+        if debug:
             raise
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in message:
-            message = f"{exc.filename}: {message}"
-        print(f"bpq: error: {message}", file=sys.stderr)
-        return EXIT_ERROR
+        print(error_line(exc), file=sys.stderr)
+        return EXIT_ERROR if is_bad_input(exc) else EXIT_FAILURE
 
 
 if __name__ == "__main__":

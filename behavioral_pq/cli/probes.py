@@ -99,15 +99,19 @@ def add_parsers(sub) -> None:
                         epilog=PROBES_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("store", metavar="STORE", help="corpus store (bpq corpus build)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (state, probe set, report)")
-    p.add_argument("--num-probes", "-P", type=int, default=d.num_probes, metavar="P", help=f"clusters and probes ({d.num_probes})")
-    p.add_argument("--length", "-L", type=int, default=d.ga.length, metavar="L", help=f"passes per probe ({d.ga.length})")
+    p.add_argument("--num-probes", "-P", type=int, default=d.num_probes, metavar="P",
+                   help=f"clusters and probes ({d.num_probes})")
+    p.add_argument("--length", "-L", type=int, default=d.ga.length, metavar="L",
+                   help=f"passes per probe ({d.ga.length})")
     p.add_argument("--population", type=int, default=d.ga.population, help=f"GA population ({d.ga.population})")
     p.add_argument("--generations", type=int, default=d.ga.generations, help=f"GA generations ({d.ga.generations})")
     p.add_argument("--sample", type=int, default=d.sample, help=f"modules per cluster the GA judges on ({d.sample})")
     p.add_argument("--max-instructions", type=int, default=d.max_instructions,
                    help=f"prefer GA sample modules up to this size ({d.max_instructions})")
-    p.add_argument("--holdout", type=int, default=d.holdout, help=f"modules per cluster the report measures on ({d.holdout})")
-    p.add_argument("--checkpoint", type=int, default=d.checkpoint, help=f"prefix-state interval of the fitness cache ({d.checkpoint})")
+    p.add_argument("--holdout", type=int, default=d.holdout,
+                   help=f"modules per cluster the report measures on ({d.holdout})")
+    p.add_argument("--checkpoint", type=int, default=d.checkpoint,
+                   help=f"prefix-state interval of the fitness cache ({d.checkpoint})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"k-means, sampling and GA seed ({d.seed})")
     p.add_argument("--report-sample", type=int, default=400, help="whole-corpus modules in the report (400)")
     p.add_argument("--baseline", default=PROVISIONAL_PROBES, metavar="FILE",

@@ -6,20 +6,20 @@ import functools
 import hashlib
 import os
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from behavioral_pq.core._native_loader import native
 from behavioral_pq.core.engine import Engine, default_engine
-from behavioral_pq.core.toolchain import compile_to_bitcode, language_of
+from behavioral_pq.core.toolchain import compile_to_bitcode, language_of, link_bitcode
 from behavioral_pq.errors import InvalidIRError
 
-BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
 IR_SUFFIXES = (".ll", ".bc")
 
 
 class Module:
     """An LLVM IR module, prepared as CompilerGym does (debug info stripped, named metadata erased), with its
-    source file name cleared (one program at two paths is one module), held as bitcode. Immutable: passes return a new Module (see :func:`behavioral_pq.optimize`).
+    source file name cleared (one program at two paths is one module), held as bitcode. Immutable: passes return
+    a new Module (see :func:`behavioral_pq.optimize`).
 
     Build one with :func:`load_module`. Attributes: ``name`` (for messages), ``source`` (path it came from,
     or None), ``bitcode`` (bytes), ``sha256`` (of the bitcode), ``instruction_count``.
@@ -71,7 +71,16 @@ class Module:
         return f"Module({self.name!r}, {self.instruction_count} instructions)"
 
 
-ModuleLike = Union[Module, str, os.PathLike, bytes, bytearray]
+ModuleLike = Union[Module, str, os.PathLike, bytes, bytearray, Sequence[Union[str, os.PathLike]]]
+
+
+def _read_source(path: Path, language: Optional[str], flags: Sequence[str]) -> Tuple[bytes, bool]:
+    """(bitcode or IR text of one file, whether clang compiled it)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if language or (path.suffix not in IR_SUFFIXES and language_of(path)):
+        return compile_to_bitcode(path, language=language, flags=flags), True
+    return path.read_bytes(), False
 
 
 def load_module(source: ModuleLike, *, name: Optional[str] = None, language: Optional[str] = None,
@@ -80,34 +89,44 @@ def load_module(source: ModuleLike, *, name: Optional[str] = None, language: Opt
 
     Args:
         source: a path to ``.ll``, ``.bc`` or a C/C++ file (compiled with ``clang-19 -O1 -Xclang
-            -disable-llvm-passes -g0 -emit-llvm``); bytes of bitcode or IR text; a string holding IR text
-            (anything with a newline); or a Module (returned as is).
-        name: shown in messages (default: the file name).
-        language, flags: for C/C++ sources: ``"c"`` or ``"c++"`` (default from the suffix) and extra clang flags.
+            -disable-llvm-passes -g0 -emit-llvm``); a list of such paths (one program: each compiled, then all
+            linked with ``llvm-link-19``); bytes of bitcode or IR text; a string holding IR text (anything
+            with a newline); or a Module (returned as is).
+        name: shown in messages (default: the file name; the names joined by ``+`` for several).
+        language, flags: for C/C++ sources: ``"c"`` or ``"c++"`` (default from the suffix) and extra clang flags
+            (``-I``, ``-D``, ``-std=``).
         engine: where parsing runs (default: the shared protected engine).
 
     Raises:
-        FileNotFoundError: no such file. InvalidIRError: not valid LLVM IR. CompileError: clang failed.
+        FileNotFoundError: no such file. InvalidIRError: not valid LLVM IR, or a C/C++ program with no code
+        (no function defined). CompileError: clang failed, or the files do not link.
     """
     if isinstance(source, Module):
         return source
     engine = engine or default_engine()
-    path: Optional[Path] = None
+    paths: List[Path] = []
+    compiled = False
     if isinstance(source, (bytes, bytearray)):
         data = bytes(source)
     elif isinstance(source, str) and "\n" in source:
         data = source.encode()
     elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_file():
-            raise FileNotFoundError(f"no such file: {path}" if not path.exists() else f"not a file: {path}")
-        if language or (path.suffix not in IR_SUFFIXES and language_of(path)):
-            data = compile_to_bitcode(path, language=language, flags=flags)
-        else:
-            data = path.read_bytes()
+        paths = [Path(source)]
+        data, compiled = _read_source(paths[0], language, flags)
+    elif isinstance(source, (list, tuple)):
+        if not source:
+            raise ValueError("no source files given")
+        paths = [Path(s) for s in source]
+        units = [_read_source(p, language, flags) for p in paths]
+        compiled = any(c for _, c in units)
+        data = link_bitcode([u for u, _ in units], what=f"files ({', '.join(p.name for p in paths)})")
     else:
         raise TypeError(f"cannot load a module from {type(source).__name__}")
-    label = name or (path.name if path else "module")
+    label = name or ("+".join(p.name for p in paths) if paths else "module")
     if not data.strip():
         raise InvalidIRError(f"{label}: empty input")
-    return Module(engine.prepare(data, label), name=label, source=str(path) if path else None)
+    module = Module(engine.prepare(data, label), name=label,
+                    source=os.pathsep.join(str(p) for p in paths) if paths else None)
+    if compiled and module.instruction_count == 0:
+        raise InvalidIRError(f"{label}: no code to optimize (the program defines no function)")
+    return module

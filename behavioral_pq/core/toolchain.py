@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -19,6 +20,7 @@ LLVM_BIN_DIRS = ("/usr/lib/llvm-19/bin",)
 C_SUFFIXES = {".c": "c", ".i": "c"}
 CXX_SUFFIXES = {".cc": "c++", ".cpp": "c++", ".cxx": "c++", ".c++": "c++", ".C": "c++", ".ii": "c++"}
 #: How the design builds IR: optimizations enabled for the front end's IR shape, no LLVM passes, no debug info.
+BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")   # raw bitcode, bitcode wrapper
 CLANG_IR_FLAGS = ("-O1", "-Xclang", "-disable-llvm-passes", "-g0", "-emit-llvm")
 
 
@@ -52,7 +54,7 @@ def run_tool(argv: Sequence[str], *, timeout: float = 120.0, input: Optional[byt
         raise ToolNotFoundError(f"{argv[0]} not found") from exc
     if proc.returncode != 0:
         stderr = proc.stderr.decode(errors="replace").strip()
-        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}: {_tail(stderr)}")
+        raise ToolError(f"{Path(argv[0]).name} exited with {proc.returncode}: {excerpt(stderr)}")
     return proc
 
 
@@ -74,6 +76,26 @@ def compile_to_bitcode(source: Path, *, language: Optional[str] = None, flags: S
         return run_tool(argv, timeout=timeout, cwd=cwd).stdout
     except ToolError as exc:
         raise CompileError(f"{source}: {exc}") from None
+
+
+def link_bitcode(units: Sequence[bytes], *, timeout: float = 120.0, what: str = "units") -> bytes:
+    """One module from several (bitcode or IR text), linked with ``llvm-link-19``; a single unit is returned as
+    is. Raises CompileError naming ``what`` when they do not link (duplicate definitions, type clashes)."""
+    if len(units) == 1:
+        return units[0]
+    if not units:
+        raise ValueError("nothing to link")
+    with tempfile.TemporaryDirectory(prefix="bpq-link-") as tmp:
+        names = []
+        for i, data in enumerate(units):
+            suffix = "bc" if data[:4] in BITCODE_MAGICS else "ll"
+            name = Path(tmp, f"unit{i}.{suffix}")
+            name.write_bytes(data)
+            names.append(str(name))
+        try:
+            return run_tool([find_tool("llvm-link"), *names, "-o", "-"], timeout=timeout).stdout
+        except ToolError as exc:
+            raise CompileError(f"linking {len(units)} {what}: {exc}") from None
 
 
 def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, timeout: float = 120.0) -> str:
@@ -118,5 +140,14 @@ def assemble(assembly: str, output: Path, *, executable: bool, timeout: float = 
     return output
 
 
-def _tail(text: str, limit: int = 2000) -> str:
-    return text if len(text) <= limit else "..." + text[-limit:]
+def excerpt(text: str, limit: int = 2000) -> str:
+    """A tool's output cut to about ``limit`` characters, keeping what a reader needs: the head (where the first
+    error is), the first line that says ``error`` even when it comes later, and the tail (the summary)."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[: limit * 2 // 3], text[-(limit // 3):]
+    first_error = next((line for line in text.splitlines() if "error" in line.lower()), "")
+    if first_error and first_error not in head:
+        head = head + "\n" + first_error[:300]
+    cut = len(text) - len(head) - len(tail)
+    return f"{head}\n... [{cut} characters cut] ...\n{tail}"

@@ -30,7 +30,7 @@ from behavioral_pq.corpus.inputs import InputItem, load_bitcode
 from behavioral_pq.corpus.labels import LABEL_PIPELINES, label_row
 from behavioral_pq.corpus.store import SCHEMAS, CorpusStore
 from behavioral_pq.embedding.probes import load_probes
-from behavioral_pq.errors import BPQError
+from behavioral_pq.errors import BPQError, InvalidIRError
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,27 @@ def local_executor(workers: Optional[int] = None) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=max(1, workers or default_workers()),
                                mp_context=multiprocessing.get_context("spawn"),
                                initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
+UNGUARDED_SCRIPT_HINT = (
+    "the corpus job's worker processes died while starting. Called from a script? Put the call under "
+    "`if __name__ == \"__main__\":` -- each worker process imports the script again (Python's spawn start method), "
+    "and an unguarded call starts the job again inside it")
+
+
+def _ready() -> bool:
+    return True
+
+
+def _started(executor: ProcessPoolExecutor) -> ProcessPoolExecutor:
+    """``executor`` once one of its processes has started; a pool that dies at start-up (most often a script
+    without a ``__main__`` guard) raises a RuntimeError that says so, instead of failing every unit."""
+    try:
+        executor.submit(_ready).result()
+    except BrokenProcessPool:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise RuntimeError(UNGUARDED_SCRIPT_HINT) from None
+    return executor
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -142,6 +163,8 @@ def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions)
             raw = load_bitcode(item, timeout=options.compile_timeout)
             stage = "prepare"
             bitcode = engine.prepare(raw, os.path.basename(item.sources[0]))
+            if native.instruction_count(bitcode) == 0:
+                raise InvalidIRError(f"{os.path.basename(item.sources[0])}: no code (no function is defined)")
         except (BPQError, OSError) as exc:
             row.update(status="failed", stage=stage, **_error_fields(exc))
         else:
@@ -250,7 +273,7 @@ def _run_job(executor: Optional[Executor], workers: Optional[int], task: Callabl
     result and returns how many units it covered. A chunk whose task dies is retried unit by unit; a unit that
     still fails is passed to ``on_lost`` (which turns it into failure rows)."""
     own = executor is None
-    executor = executor or local_executor(workers)
+    executor = executor or _started(local_executor(workers))
     capacity = 2 * max(1, workers or getattr(executor, "_max_workers", None) or os.cpu_count() or 1)
     pending: Dict[object, Tuple[list, bool]] = {}
 

@@ -12,14 +12,12 @@ import json
 import os
 import re
 import shlex
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, find_tool, run_tool
+from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, link_bitcode
 from behavioral_pq.corpus.buckets import project_origin
-from behavioral_pq.errors import CompileError, ToolError
 
 IR_SUFFIXES = (".ll", ".bc")
 SOURCE_SUFFIXES = tuple(C_SUFFIXES) + tuple(CXX_SUFFIXES) + IR_SUFFIXES
@@ -214,15 +212,4 @@ def load_bitcode(item: InputItem, *, timeout: float = 120.0) -> bytes:
         else:
             units.append(compile_to_bitcode(path, language=item.language, flags=item.flags, timeout=timeout,
                                             cwd=item.cwd))
-    if len(units) == 1:
-        return units[0]
-    with tempfile.TemporaryDirectory(prefix="bpq-link-") as tmp:
-        names = []
-        for i, data in enumerate(units):
-            name = Path(tmp, f"unit{i}.{'ll' if not data.startswith(b'BC') else 'bc'}")
-            name.write_bytes(data)
-            names.append(str(name))
-        try:
-            return run_tool([find_tool("llvm-link"), *names, "-o", "-"], timeout=timeout).stdout
-        except ToolError as exc:
-            raise CompileError(f"linking {len(units)} units of {Path(item.sources[0]).parent}: {exc}") from None
+    return link_bitcode(units, timeout=timeout, what=f"units of {Path(item.sources[0]).parent}")

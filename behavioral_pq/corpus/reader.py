@@ -72,6 +72,25 @@ class Corpus:
                 .append_column("origins", pa.array([sorted(origins[s]) for s in shas], pa.list_(pa.string())))
                 .append_column("groups", pa.array([sorted(groups[s]) for s in shas], pa.list_(pa.string()))))
 
+    def failures(self) -> List[dict]:
+        """Every failed row with its error: inputs (sources, stage), labels and spectra (module hash), as dicts
+        with ``table``, ``sources``, ``sha256``, ``stage``, ``error_kind`` and ``error``."""
+        def failed(table: str, columns: Sequence[str], **where) -> Iterator[dict]:
+            for batch in self.store.iter_batches(table, [*columns, "error_kind", "error", "status"], **where):
+                data = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+                for i, status in enumerate(data["status"]):
+                    if status != "ok":
+                        yield {"table": table, "sources": data["sources"][i] if "sources" in data else [],
+                               "sha256": data.get("sha256", [None] * (i + 1))[i],
+                               "stage": data["stage"][i] if "stage" in data else None,
+                               "error_kind": data["error_kind"][i], "error": data["error"][i]}
+
+        out = list(failed("inputs", ["sources", "stage"]))
+        out += failed("labels", ["sha256"])
+        for probe_set in self.store.probe_sets():
+            out += failed("spectra", ["sha256"], probe_set=probe_set)
+        return out
+
     def program_kinds(self) -> Dict[str, str]:
         """Module hash -> ``"small"`` or ``"real"`` (see :mod:`behavioral_pq.corpus.buckets`)."""
         origins: Dict[str, set] = defaultdict(set)

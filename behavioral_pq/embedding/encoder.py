@@ -141,14 +141,14 @@ class Encoder:
 
     # -- from modules --------------------------------------------------------------------------------------------
 
-    def embed(self, module) -> np.ndarray:
+    def embed(self, module, *, progress: bool = False) -> np.ndarray:
         """Embedding of one module (a Module, or a path / bytes that ``load_module`` takes): float32 (D,).
+        ``progress`` shows the probes' progress on stderr.
 
         Raises:
             InvalidIRError, CompileError, PassCrashError, PassTimeoutError: the module could not be measured.
         """
-
-        batch = spectra([module], self.probe_set)
+        batch = spectra([module], self.probe_set, progress=progress)
         batch.raise_first()
         return self.embed_spectra(batch.spectra, batch.autophase[:, 0])[0]
 
@@ -157,13 +157,14 @@ class Encoder:
         not be loaded or measured (see :meth:`embed_batch` for the errors)."""
         return self.embed_batch(modules, workers=workers, progress=progress).embeddings
 
-    def embed_batch(self, modules: Sequence, *, workers: Optional[int] = None,
-                    progress: bool = False) -> EmbeddingBatch:
+    def embed_batch(self, modules: Sequence, *, workers: Optional[int] = None, progress: bool = False,
+                    flags: Sequence[str] = ()) -> EmbeddingBatch:
         """Embeddings of many modules with what went wrong: a module that cannot be loaded or measured gets a row
         of NaN, its error in ``errors`` and a logged warning; the others complete.
 
         Args:
             workers: engine worker processes for the spectra (None: the default engine).
+            flags: clang flags for modules given as C/C++ files (``-I``, ``-D``).
         """
         problems: List[Optional[BaseException]] = [None] * len(modules)
         engine = Engine(workers) if workers is not None else default_engine()
@@ -171,7 +172,7 @@ class Encoder:
             loaded = []
             for i, m in enumerate(modules):
                 try:
-                    loaded.append((i, load_module(m, engine=engine)))
+                    loaded.append((i, load_module(m, engine=engine, flags=flags)))
                 except (BPQError, OSError) as exc:
                     problems[i] = exc
             batch = spectra([m for _, m in loaded], self.probe_set, engine=engine, progress=progress)

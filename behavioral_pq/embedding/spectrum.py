@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.module import ModuleLike, load_module
+from behavioral_pq.embedding.cache import SpectrumCache, default_cache
 from behavioral_pq.embedding.probes import ProbeSet, load_probes
 from behavioral_pq.errors import BPQError
 
@@ -88,7 +89,8 @@ class SpectrumBatch:
 
 
 def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine: Optional[Engine] = None,
-            workers: Optional[int] = None, progress: bool = False) -> SpectrumBatch:
+            workers: Optional[int] = None, progress: bool = False,
+            cache: Union[bool, SpectrumCache] = True) -> SpectrumBatch:
     """Spectra of many modules; a module that fails is reported in ``errors`` and the rest complete.
 
     Args:
@@ -96,21 +98,39 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
         probes: a ProbeSet, a path to one, or None for the package default.
         engine: the engine to run on; ``workers`` makes a temporary one with that many processes instead.
         progress: show a progress bar on stderr.
+        cache: True: the on-disk spectrum cache (:mod:`behavioral_pq.embedding.cache`; off when
+            ``BPQ_NO_CACHE`` is set), False: measure everything, or a :class:`SpectrumCache`. Only modules
+            measured without error are cached.
     """
     probe_set = load_probes(probes)
+    store = default_cache() if cache is True else (cache or None)
     own_engine = engine is None and workers is not None
     engine = engine or (Engine(workers) if own_engine else default_engine())
     try:
         loaded = [load_module(m, engine=engine) for m in modules]
+        features = np.zeros((len(loaded), probe_set.num_probes + 1, 56), np.int64)
+        errors: List[Optional[BPQError]] = [None] * len(loaded)
+        todo = []
+        for i, module in enumerate(loaded):
+            rows = store.get(module.sha256, probe_set.hash, probe_set.num_probes) if store else None
+            if rows is None:
+                todo.append(i)
+            else:
+                features[i] = rows
         bar = None
-        if progress:
+        if progress and todo:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(loaded) * probe_set.num_probes, unit="run", desc="spectra", leave=False)
+            bar = tqdm(total=len(todo) * probe_set.num_probes, unit="run", desc="spectra", leave=False)
         try:
-            features, errors = engine.autophase_after([m.bitcode for m in loaded], probe_set.pipelines(),
-                                                      names=[m.name for m in loaded],
-                                                      progress=bar.update if bar else None)
+            if todo:
+                measured, found = engine.autophase_after([loaded[i].bitcode for i in todo], probe_set.pipelines(),
+                                                         names=[loaded[i].name for i in todo],
+                                                         progress=bar.update if bar else None)
+                for k, i in enumerate(todo):
+                    features[i], errors[i] = measured[k], found[k]
+                    if store and found[k] is None:
+                        store.put(loaded[i].sha256, probe_set.hash, measured[k])
         finally:
             if bar:
                 bar.close()
@@ -122,8 +142,9 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
     return SpectrumBatch(values, features, tuple(errors), probe_set.hash)
 
 
-def spectrum(module: ModuleLike, probes: ProbesLike = None, *, engine: Optional[Engine] = None) -> np.ndarray:
+def spectrum(module: ModuleLike, probes: ProbesLike = None, *, engine: Optional[Engine] = None,
+             cache: Union[bool, SpectrumCache] = True) -> np.ndarray:
     """Spectrum of one module: float32 (P, 56), ``log_relative(autophase(module), autophase after probe i)``."""
-    batch = spectra([module], probes, engine=engine)
+    batch = spectra([module], probes, engine=engine, cache=cache)
     batch.raise_first()
     return batch.spectra[0]

@@ -24,7 +24,7 @@ import urllib.request
 from typing import Dict, List, Optional, Sequence, Union
 
 from behavioral_pq.config import from_dict, load_toml
-from behavioral_pq.errors import LLMError, LLMResponseError, LLMTimeoutError
+from behavioral_pq.errors import LLMError, LLMNotConfiguredError, LLMResponseError, LLMTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def load_llm_settings(path: Union[str, os.PathLike, None] = None, **overrides) -
             values["retries"] = int(values["retries"])
     values.update({k: v for k, v in overrides.items() if v is not None})
     if not values.get("base_url"):
-        raise LLMError("no LLM endpoint configured: set BPQ_LLM_BASE_URL (and BPQ_LLM_MODEL, BPQ_LLM_API_KEY) "
+        raise LLMNotConfiguredError("no LLM endpoint configured: set BPQ_LLM_BASE_URL (and BPQ_LLM_MODEL, BPQ_LLM_API_KEY) "
                        "or pass a settings file with an [llm] table")
     return from_dict(LLMSettings, values, where=str(path) if path else "LLM settings")
 

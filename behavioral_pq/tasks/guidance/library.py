@@ -44,6 +44,21 @@ GENERIC: Tuple[Steps, ...] = ((OZ, OZ), OZ_LIKE_ORDER, OZ_LIKE_ORDER * 2, (OZ,) 
 
 
 
+def describe_steps(steps: Steps) -> str:
+    """A pipeline for people: flags joined by spaces, each run of LLVM's -Oz order written in catalog passes
+    (:data:`~behavioral_pq.core.catalog.OZ_LIKE_ORDER`, about 90 flags) shown as ``[-Oz order]``."""
+    out: List[str] = []
+    i, n = 0, len(OZ_LIKE_ORDER)
+    while i < len(steps):
+        if tuple(steps[i:i + n]) == OZ_LIKE_ORDER:
+            out.append(f"[-Oz order: {n} passes]")
+            i += n
+        else:
+            out.append(steps[i])
+            i += 1
+    return " ".join(out)
+
+
 def encode_steps(steps: Steps) -> List[Union[int, str]]:
     """Compact JSON form: catalog indices, and "Oz" for the baseline."""
     return ["Oz" if s == OZ else get_pass(s).index for s in steps]

@@ -55,7 +55,7 @@ def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: 
 def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
                        engine=None, embedding: Optional[np.ndarray] = None, neighbors: int = 8,
                        retrieval_share: float = 0.5, seed: int = 0, learn: bool = False,
-                       neighbor_indices: Optional[Sequence[int]] = None) -> Recommendation:
+                       neighbor_indices: Optional[Sequence[int]] = None, progress: bool = False) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
     Embeds the module, takes the pipelines of its ``neighbors`` nearest library programs ranked by
@@ -86,7 +86,7 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
     if embedding is None and neighbor_indices is None:
 
         encoder = encoder or load_encoder()
-        embedding = encoder.embed(module)
+        embedding = encoder.embed(module, progress=progress)
         probe_compilations = encoder.probe_set.num_probes
     if neighbor_indices is None:
         neighbor_indices, _ = library.neighbors(embedding, neighbors)
@@ -105,7 +105,7 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
 
 
 def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
-                           engine=None, learn: bool = False) -> Tuple[Recommendation, Module]:
+                           engine=None, learn: bool = False, progress: bool = False) -> Tuple[Recommendation, Module]:
     """:func:`recommend_pipeline`, then the module optimized with the recommendation, re-run from scratch and
     checked to give the count the search measured (``bpq optimize --auto``).
 
@@ -114,7 +114,8 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
     """
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
-    found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn)
+    found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
+                               progress=progress)
     result = optimize(module, found.pipeline, engine=engine)
     if result.instruction_count != found.instruction_count:
         raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "
