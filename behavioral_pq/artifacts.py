@@ -72,13 +72,25 @@ def check_files(folder: PathLike, config: dict, error: Type[Exception]) -> None:
     if not isinstance(files, dict) or not files:
         raise error(f"{folder}: no file checksums in its config; save it again")
     for name, digest in files.items():
-        file = Path(folder) / name
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise error(f"{folder}: config lists a file outside its folder ({name!r})")
+        file = confined(folder, name, error)
         if not file.is_file():
             raise error(f"{file}: missing")
         if sha256_file(file) != digest:
             raise error(f"{file}: checksum mismatch (corrupt or edited file)")
+
+
+def confined(folder: PathLike, name: str, error: Type[Exception]) -> Path:
+    """``folder / name`` for a file name read from an artifact's own config or manifest, refused with ``error``
+    when it would leave the folder (absolute, ``..``, or a link that points outside): a hostile manifest must
+    not make the library read or delete files elsewhere."""
+    folder = Path(folder)
+    relative = Path(str(name))
+    if not str(name) or relative.is_absolute() or ".." in relative.parts:
+        raise error(f"{folder}: names a file outside its folder ({name!r}); refused")
+    path = folder / relative
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise error(f"{folder}: {name!r} leads outside the folder; refused")
+    return path
 
 
 def read_sealed_config(file: PathLike, *, format: str, version: int, error: Type[Exception], what: str) -> dict:
@@ -131,6 +143,28 @@ def check_encoder(path: PathLike, wanted: dict, encoder, error: Type[Exception],
         if mine[key] != wanted.get(key):
             raise error(f"{path}: {verb} on encoder {wanted.get('name')!r} ({key} {str(wanted.get(key))[:12]}), "
                         f"given {mine['name']!r} ({key} {str(mine[key])[:12]}); {hint}")
+
+
+def check_replaceable(path: PathLike, *, config: str, format: str, overwrite: bool, error: Type[Exception],
+                      what: str) -> None:
+    """Refuse to replace ``path`` unless it is absent, an empty folder, an artifact of the same kind (its
+    ``config`` file names ``format``), or ``overwrite`` is set: a mistyped ``--out`` must not wipe a folder."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink():
+        if not any(path.iterdir()):
+            return
+        try:
+            same = json.loads((path / config).read_text()).get("format") == format
+        except (OSError, ValueError, AttributeError):
+            same = False
+        if same or overwrite:
+            return
+        raise error(f"{path}: exists and is not {what}; refusing to replace it (choose another folder, or pass "
+                    "--overwrite / overwrite=True)")
+    if not overwrite:
+        raise error(f"{path}: exists and is not a folder; refusing to replace it (pass --overwrite to do so)")
 
 
 # -- atomic writes -------------------------------------------------------------------------------------------------

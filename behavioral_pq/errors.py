@@ -81,6 +81,11 @@ class LoweringError(BPQError, RuntimeError):
         self.result = result
 
 
+class SandboxError(BPQError, RuntimeError):
+    """Code from a model endpoint cannot be run safely here (bubblewrap is missing or not allowed) and the user
+    did not opt in to running it unprotected."""
+
+
 class LLMError(BPQError, RuntimeError):
     """An LLM endpoint failed: not configured, unreachable, or an HTTP error that retries did not cure."""
 

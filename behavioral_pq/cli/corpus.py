@@ -65,7 +65,7 @@ def cmd_build(args) -> int:
     if args.compile_commands:
         def items():
             yield from from_compile_commands(args.compile_commands, origin=args.origin, group_regex=args.group_regex,
-                                             project=args.project)
+                                             project=args.project, allow_plugins=args.allow_plugins)
     else:
         if not args.sources:
             raise ValueError("give SOURCES (files or directories) or --compile-commands")
@@ -251,6 +251,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--per", choices=("file", "directory"), default="file",
                    help="one module per file, or the files of each directory linked with llvm-link-19")
     p.add_argument("--compile-commands", metavar="JSON", help="build each unit of a compile_commands.json")
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="with --compile-commands: keep flags that load code into clang (-fplugin=, -Xclang -load, "
+                        "-B, ...); refused by default")
     p.add_argument("--project", metavar="NAME",
                    help="with --compile-commands: the units are one real program (origin project:NAME, one split "
                         "group, reported as real programs)")

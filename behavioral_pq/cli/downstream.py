@@ -86,7 +86,7 @@ def cmd_train(args) -> int:
     if args.states and kind != "best-pass":
         raise ValueError("--states applies to best-pass only")
     summary = train_predictor(kind, args.corpus, args.out, encoder=_encoder(args), states=args.states,
-                              seed=args.seed)
+                              overwrite=args.overwrite, seed=args.seed)
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -140,6 +140,8 @@ def add_parsers(sub) -> None:
     p.add_argument("target", choices=("best-pass", "oz"))
     p.add_argument("--corpus", required=True, metavar="STORE", help="labelled corpus store with spectra")
     p.add_argument("--out", required=True, metavar="DIR", help="predictor folder to write")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out even when it holds something else than a predictor")
     p.add_argument("--states", metavar="DIR", help="state folder to add (best-pass)")
     p.add_argument("--checkpoint", metavar="DIR", help="encoder to train on (default: the shipped one)")
     p.add_argument("--seed", type=int, default=0)

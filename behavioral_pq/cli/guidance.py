@@ -54,7 +54,8 @@ def cmd_library_build(args) -> int:
 
     encoder = _encoder(args) or load_encoder()
     programs = choose_library_programs(args.corpus, args.programs, encoder=encoder, split=args.split, seed=args.seed)
-    library = build_library(args.corpus, args.out, programs, encoder=encoder, seed=args.seed, progress=True)
+    library = build_library(args.corpus, args.out, programs, encoder=encoder, seed=args.seed, progress=True,
+                            overwrite=args.overwrite)
     better = sum(1 for p in library.programs if p.best()[1] < p.oz_count)
     print(f"wrote {args.out}: {len(library)} programs, {better} with a pipeline better than -Oz")
     return 0
@@ -91,6 +92,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--split", default="train", help="split to draw programs from (default train)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
+    b.add_argument("--overwrite", action="store_true",
+                   help="replace --out even when it holds something else than a program library")
     b.set_defaults(func=cmd_library_build)
 
     p = sub.add_parser("evaluate-guidance", help="recommended pipelines vs -Oz, random and greedy search",

@@ -221,6 +221,9 @@ def cmd_refine_prompt(args) -> int:
 
 def _add_llm_options(p, *, optimize: bool = True) -> None:
     g = p.add_argument_group("LLM back end")
+    g.add_argument("--unsafe-run", action="store_true",
+                   help="where bubblewrap cannot run, still run model-written code, unprotected (also: "
+                        "BPQ_UNSAFE_RUN=1); by default it is refused")
     g.add_argument("--llm-config", metavar="FILE", help="TOML settings with an [llm] table (default: environment)")
     g.add_argument("--prompt", metavar="FILE|DIR", help="prompt file or folder (default: built-in version 1)")
     g.add_argument("--repairs", type=int, default=3, metavar="R", help="failed answers fed back at most R times "

@@ -66,6 +66,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         logging.getLogger("behavioral_pq").propagate = False
     if getattr(args, "no_cache", False):
         os.environ["BPQ_NO_CACHE"] = "1"
+    if getattr(args, "unsafe_run", False):
+        os.environ["BPQ_UNSAFE_RUN"] = "1"
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -134,6 +134,24 @@ _DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-emit-llvm"
 _DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-save-temps")
 
 
+# Flags that make clang load or run other code: a third-party compile_commands.json is refused when it has them,
+# unless the user allows them (allow_plugins=True, --allow-plugins).
+_CODE_LOADING_PREFIX = ("-fplugin", "-fpass-plugin", "--load-pass-plugin", "-B")
+_CODE_LOADING_XCLANG = ("-load", "-plugin", "-add-plugin", "-plugin-arg", "-load-pass-plugin")
+
+
+def code_loading_flags(arguments: Sequence[str]) -> List[str]:
+    """The flags of a recorded command that would make clang load plugins or run other programs."""
+    found = []
+    for i, arg in enumerate(arguments):
+        if arg.startswith(_CODE_LOADING_PREFIX):
+            found.append(arg)
+        elif arg in ("-Xclang", "-mllvm") and i + 1 < len(arguments) \
+                and arguments[i + 1].startswith(_CODE_LOADING_XCLANG):
+            found.append(f"{arg} {arguments[i + 1]}")
+    return found
+
+
 def _clean_arguments(arguments: Sequence[str], file: str) -> Tuple[str, ...]:
     kept: List[str] = []
     skip = False
@@ -151,7 +169,7 @@ def _clean_arguments(arguments: Sequence[str], file: str) -> Tuple[str, ...]:
 
 
 def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, group_regex: Optional[str] = None,
-                          project: Optional[str] = None) -> Iterator[InputItem]:
+                          project: Optional[str] = None, allow_plugins: bool = False) -> Iterator[InputItem]:
     """Yield one input item per translation unit of a ``compile_commands.json`` (as CMake, Meson or Bear write
     it).
 
@@ -162,6 +180,9 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
         project: the units are one real program: origin ``project:NAME`` (a *real* program for the reports,
             :mod:`behavioral_pq.corpus.buckets`) and one split group, so a project never straddles train and test
             (unless ``group_regex`` says otherwise).
+        allow_plugins: keep flags that load code into clang or make it run other programs (``-fplugin=``,
+            ``-Xclang -load``, ``-B``, ...); by default a file with any of them is refused, since a third-party
+            build file could run code on this machine through them.
     Raises:
         FileNotFoundError, ValueError: a missing or malformed file, or both ``origin`` and ``project``.
     """
@@ -191,6 +212,11 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
         directory = Path(entry["directory"])
         file = Path(entry["file"])
         source = file if file.is_absolute() else directory / file
+        if not allow_plugins:
+            loading = code_loading_flags(arguments)
+            if loading:
+                raise ValueError(f"{path}: entry {i} ({entry['file']}) has flags that load or run other code "
+                                 f"({', '.join(loading)}); refused (allow them with --allow-plugins)")
         flags = _clean_arguments(arguments, entry["file"])
         suffix = source.suffix
         language = "c++" if suffix in CXX_SUFFIXES else "c" if suffix in C_SUFFIXES else None

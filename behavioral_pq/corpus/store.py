@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from behavioral_pq.artifacts import sha256_file, write_json_atomic
+from behavioral_pq.artifacts import confined, sha256_file, write_json_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR, LLVM_VERSION
 from behavioral_pq.core.catalog import CATALOG_VERSION
 from behavioral_pq.errors import CorpusError
@@ -267,7 +267,7 @@ class CorpusStore:
         return sorted({s["probe_set"] for s in self.manifest["shards"] if s["table"] == "spectra"})
 
     def _open_shard(self, entry: dict, verify: bool) -> pq.ParquetFile:
-        path = self.path / entry["path"]
+        path = confined(self.path, entry["path"], CorpusError)
         try:
             size = path.stat().st_size
         except OSError:
@@ -353,7 +353,7 @@ class CorpusStore:
         info = self.manifest.get("splits")
         if not info:
             return {}
-        path = self.path / info["path"]
+        path = confined(self.path, info["path"], CorpusError)
         if not path.exists() or sha256_file(path) != info["sha256"]:
             raise CorpusError(f"{path}: splits file is missing or does not match the manifest")
         table = pq.read_table(path, columns=["sha256", "split"])
@@ -367,15 +367,16 @@ class CorpusStore:
             tmp.parent.mkdir(exist_ok=True)
             pq.write_table(rows, tmp, compression="zstd")
             with self._locked():
-                name = f"splits-{uuid.uuid4().hex[:8]}.parquet"
-                os.replace(tmp, self.path / name)
                 manifest = self._read_manifest()
                 old = manifest.get("splits")
+                old_path = confined(self.path, old["path"], CorpusError) if old else None   # before any change
+                name = f"splits-{uuid.uuid4().hex[:8]}.parquet"
+                os.replace(tmp, self.path / name)
                 manifest["splits"] = dict(info, path=name, sha256=sha256_file(self.path / name))
                 write_json_atomic(self.path / MANIFEST, manifest)
                 self.manifest = manifest
-                if old and old.get("path") != name:
-                    (self.path / old["path"]).unlink(missing_ok=True)
+                if old_path is not None and old_path.name != name:
+                    old_path.unlink(missing_ok=True)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from behavioral_pq.artifacts import atomic_path, check_seal, file_checksums, seal, sha256_file, versions
+from behavioral_pq.artifacts import (
+    atomic_path,
+    check_replaceable,
+    check_seal,
+    file_checksums,
+    seal,
+    sha256_file,
+    versions,
+)
 from behavioral_pq.core._native_loader import LLVM_MAJOR
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.embedding.model import PQBert, PQBertConfig
@@ -48,8 +56,9 @@ class Checkpoint:
 
 def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, corpus: dict, seed: int,
                  training: Optional[dict] = None, pooling: str = "mean", dtype: str = "float32",
-                 reaction: str = "log-relative") -> Path:
-    """Write an encoder checkpoint folder (replacing an existing one at ``path`` only once complete).
+                 reaction: str = "log-relative", overwrite: bool = False) -> Path:
+    """Write an encoder checkpoint folder (replacing an existing one at ``path`` only once complete; a folder
+    that holds something else than a checkpoint is refused unless ``overwrite``).
 
     Args:
         model: a PQBert.
@@ -64,6 +73,8 @@ def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, 
     if model.config.num_probes != probe_set.num_probes:
         raise ValueError(f"model reads {model.config.num_probes} probes, the probe set has {probe_set.num_probes}")
     path = Path(path)
+    check_replaceable(path, config="config.json", format=FORMAT, overwrite=overwrite, error=CheckpointError,
+                      what="an encoder checkpoint")
     with atomic_path(path) as tmp:
         tmp.mkdir()
         probe_set.save(tmp / "probes.json")

@@ -21,17 +21,16 @@ import dataclasses
 import math
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import tempfile
 import threading
 import weakref
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from behavioral_pq.core.toolchain import find_tool, llc_assembly, run_tool
-from behavioral_pq.errors import ToolError, ToolTimeoutError
+from behavioral_pq.core.toolchain import excerpt, find_tool, llc_assembly, run_tool
+from behavioral_pq.errors import ToolError
+from behavioral_pq.lowering.sandbox import Limits, Sandbox, describe, screen_assembly, scrub
 from behavioral_pq.lowering.tasks import Task
 
 #: Failure stages, in the order a candidate meets them.
@@ -130,7 +129,10 @@ def _same_line(want: str, got: str) -> bool:
 
 def static_cost(assembly: str, *, iterations: int = 100, cpu: str = MCA_CPU, timeout: float = 60.0) -> StaticCost:
     """llvm-mca-19's cost of the assembly (all its functions as one block). Raises ToolError when mca cannot
-    read it."""
+    read it, or when it holds a directive that reads files."""
+    refused = screen_assembly(assembly)
+    if refused:
+        raise ToolError(f"llvm-mca not run: {refused}")
     proc = run_tool([find_tool("llvm-mca"), f"-mcpu={cpu}", f"-iterations={iterations}", "-"],
                     input=assembly.encode(), timeout=timeout)
     text = proc.stdout.decode(errors="replace")
@@ -153,10 +155,12 @@ class Harness:
     #: whether candidates are run, or only assembled
     runs = True
 
-    def __init__(self, *, run_timeout: float = 10.0, tool_timeout: float = 60.0):
+    def __init__(self, *, run_timeout: float = 10.0, tool_timeout: float = 60.0, unsafe_run: Optional[bool] = None,
+                 limits: Limits = Limits()):
         self.run_timeout = run_timeout
         self.tool_timeout = tool_timeout
         self.workdir = Path(tempfile.mkdtemp(prefix="bpq-lower-"))
+        self.sandbox = Sandbox(self.workdir, limits, unsafe=unsafe_run)
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
         self._counter = 0
         self._lock = threading.Lock()
@@ -192,24 +196,30 @@ class Harness:
             return self.workdir / f"c{self._counter}{suffix}"
 
     def _clean(self, text: str) -> str:
-        return text.replace(str(self.workdir) + "/", "")
+        """Tool output as it may go back to an endpoint: work-folder paths relative, other paths and
+        environment values hidden, bounded (see :func:`~behavioral_pq.lowering.sandbox.scrub`)."""
+        return scrub(text, workdir=self.workdir)
+
+    def _tool(self, stage: str, argv: Sequence[str]) -> None:
+        """Run a tool on untrusted input in the sandbox; a failure is a ``stage`` verdict."""
+        result = self.sandbox.run(argv, timeout=self.tool_timeout)
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).decode(errors="replace").strip()
+            why = describe(result)[1] if result.returncode is None else f"exited with {result.returncode}"
+            raise _StageError(stage, self._clean(f"{Path(argv[0]).name} {why}: {excerpt(detail)}"))
 
     def _assemble(self, assembly: str) -> Path:
+        refused = screen_assembly(assembly)
+        if refused:
+            raise _StageError("assemble", f"refused before assembling: {refused}")
         source, obj = self._scratch(".s"), self._scratch(".o")
         source.write_text(assembly if assembly.endswith("\n") else assembly + "\n")
-        try:
-            run_tool([find_tool("clang"), "-c", "-x", "assembler", str(source), "-o", str(obj)],
-                     timeout=self.tool_timeout)
-        except (ToolError, ToolTimeoutError) as exc:
-            raise _StageError("assemble", self._clean(str(exc))) from None
+        self._tool("assemble", [find_tool("clang"), "-c", "-x", "assembler", str(source), "-o", str(obj)])
         return obj
 
     def _link(self, objects: Sequence[Path]) -> Path:
         binary = self._scratch("")
-        try:
-            run_tool([find_tool("clang"), *map(str, objects), "-o", str(binary), "-lm"], timeout=self.tool_timeout)
-        except (ToolError, ToolTimeoutError) as exc:
-            raise _StageError("link", self._clean(str(exc))) from None
+        self._tool("link", [find_tool("clang"), *map(str, objects), "-o", str(binary), "-lm"])
         return binary
 
     def _compile_c(self, source: Path, flags: Sequence[str]) -> Path:
@@ -220,16 +230,11 @@ class Harness:
     def _execute(self, binary: Path, args: Sequence[str] = (), timeout: Optional[float] = None) -> Tuple[int, str]:
         """Run a built program: (exit status, stdout); raises _StageError for a signal or a timeout."""
         timeout = timeout or self.run_timeout
-        try:
-            proc = subprocess.run([str(binary), *args], capture_output=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired:
-            raise _StageError("timeout", f"killed after {timeout:g} s") from None
-        if proc.returncode < 0:
-            name = signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals() else "?"
-            raise _StageError("crash", f"killed by signal {-proc.returncode} ({name}); "
-                                       f"stderr: {proc.stderr.decode(errors='replace')[-500:]!r}")
-        return proc.returncode, proc.stdout.decode(errors="replace")
+        result = self.sandbox.run([str(binary), *args], timeout=timeout)
+        if result.returncode is None:
+            stage, message = describe(result)
+            raise _StageError(stage, self._clean(message))
+        return result.returncode, result.stdout.decode(errors="replace")
 
     def _build(self, assembly: str) -> Path:
         raise NotImplementedError

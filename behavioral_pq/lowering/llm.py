@@ -1,5 +1,9 @@
 """The one wrapper around an LLM endpoint: the OpenAI-compatible chat-completions HTTP API (vLLM, llama.cpp
-server, Ollama, hosted services), with a timeout per request and retries on 429, 5xx and timeouts.
+server, Ollama, hosted services), with a total deadline per request and retries on 429, 5xx and timeouts.
+
+The client trusts nothing the endpoint sends: each request has one deadline for connecting, sending and reading
+the whole answer (a slow drip cannot stretch it), answers larger than ``max_response_bytes`` are refused,
+redirects are never followed (so the API key never reaches another host), and TLS certificates are verified.
 
 Nothing touches the network unless an endpoint is configured, in a TOML file (``[llm]`` table) or in the
 environment::
@@ -14,13 +18,14 @@ environment::
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import logging
 import os
 import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import Dict, List, Optional, Sequence, Union
 
 from behavioral_pq.config import from_dict, load_toml
@@ -45,12 +50,14 @@ class LLMSettings:
     backoff: float = 1.0
     temperature: float = 0.2
     max_tokens: int = 4096
+    max_response_bytes: int = 8 << 20
 
     def __post_init__(self):
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"LLM base_url must start with http:// or https://, got {self.base_url!r}")
-        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0:
-            raise ValueError("LLM timeout must be positive, retries and backoff non-negative")
+        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or self.max_response_bytes <= 0:
+            raise ValueError("LLM timeout and max_response_bytes must be positive, retries and backoff "
+                             "non-negative")
 
 
 def load_llm_settings(path: Union[str, os.PathLike, None] = None, **overrides) -> LLMSettings:
@@ -76,8 +83,8 @@ def load_llm_settings(path: Union[str, os.PathLike, None] = None, **overrides) -
             values["retries"] = int(values["retries"])
     values.update({k: v for k, v in overrides.items() if v is not None})
     if not values.get("base_url"):
-        raise LLMNotConfiguredError("no LLM endpoint configured: set BPQ_LLM_BASE_URL (and BPQ_LLM_MODEL, BPQ_LLM_API_KEY) "
-                       "or pass a settings file with an [llm] table")
+        raise LLMNotConfiguredError("no LLM endpoint configured: set BPQ_LLM_BASE_URL (and BPQ_LLM_MODEL, "
+                                    "BPQ_LLM_API_KEY) or pass a settings file with an [llm] table")
     return from_dict(LLMSettings, values, where=str(path) if path else "LLM settings")
 
 
@@ -124,33 +131,70 @@ class ChatClient:
                 logger.info("LLM request failed (%s); retry %d/%d in %.1f s", last_error[0], attempt, s.retries, delay)
                 self._sleep(min(delay, MAX_RETRY_AFTER))
             self.requests_sent += 1
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=s.timeout) as response:
-                    raw = response.read()
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:500].decode(errors="replace")
-                if exc.code not in RETRY_STATUSES:
-                    raise LLMError(f"{self.url}: HTTP {exc.code} {exc.reason}: {detail}") from None
-                last_error = (f"HTTP {exc.code}: {detail[:200]}", _retry_after(exc.headers.get("Retry-After")))
-                continue
+                status, reason, response_headers, raw = _post(self.url, body, headers, s.timeout,
+                                                               s.max_response_bytes)
             except (socket.timeout, TimeoutError):
                 last_error = (f"timed out after {s.timeout:g} s", None)
                 continue
-            except urllib.error.URLError as exc:
-                if isinstance(exc.reason, (socket.timeout, TimeoutError)):
-                    last_error = (f"timed out after {s.timeout:g} s", None)
-                else:
-                    last_error = (f"unreachable: {exc.reason}", None)
-                continue
-            except (ConnectionError, OSError) as exc:
+            except (ConnectionError, OSError, http.client.HTTPException) as exc:
                 last_error = (f"connection failed: {exc}", None)
+                continue
+            if 300 <= status < 400:
+                raise LLMError(f"{self.url}: HTTP {status} redirect to {response_headers.get('Location')!r} not "
+                               "followed (the API key is only ever sent to the configured endpoint)")
+            if status >= 400:
+                detail = raw[:500].decode(errors="replace")
+                if status not in RETRY_STATUSES:
+                    raise LLMError(f"{self.url}: HTTP {status} {reason}: {detail}")
+                last_error = (f"HTTP {status}: {detail[:200]}", _retry_after(response_headers.get("Retry-After")))
                 continue
             return _parse_completion(raw, self.url, attempt + 1, time.monotonic() - start)
         message = f"{self.url}: {last_error[0]} (tried {s.retries + 1} times)"
         if last_error[0].startswith("timed out"):
             raise LLMTimeoutError(message)
         raise LLMError(message)
+
+
+def _post(url: str, body: bytes, headers: Dict[str, str], timeout: float, max_bytes: int):
+    """POST ``body``: (status, reason, headers, answer bytes), all within ``timeout`` seconds in total.
+
+    Raises TimeoutError past the deadline, LLMResponseError for an answer over ``max_bytes``, OSError or
+    http.client.HTTPException when the connection fails. Redirects are returned, never followed."""
+    parts = urllib.parse.urlsplit(url)
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no complete answer within {timeout:g} s")
+        return remaining
+
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=left(),
+                                           context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=left())
+    try:
+        conn.connect()
+        sock = conn.sock
+        sock.settimeout(left())
+        conn.request("POST", parts.path + (f"?{parts.query}" if parts.query else ""), body=body, headers=headers)
+        sock.settimeout(left())
+        response = conn.getresponse()
+        chunks, size = [], 0
+        while True:
+            sock.settimeout(left())
+            chunk = response.read1(1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise LLMResponseError(f"{url}: the answer is larger than {max_bytes:,} bytes; refused")
+            chunks.append(chunk)
+        return response.status, response.reason, response.headers, b"".join(chunks)
+    finally:
+        conn.close()
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

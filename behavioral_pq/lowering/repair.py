@@ -20,6 +20,7 @@ from behavioral_pq.errors import LLMError, LLMResponseError, MalformedAnswer, To
 from behavioral_pq.lowering.harness import Harness, Timing, Verdict, is_faster, static_cost
 from behavioral_pq.lowering.llm import ChatClient, Messages, assistant, system, user
 from behavioral_pq.lowering.prompts import OPTIMIZE_INSTRUCTIONS, REPAIR_INSTRUCTIONS, Prompt
+from behavioral_pq.lowering.sandbox import scrub
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +135,9 @@ def llm_lower(module, harness: Harness, client: ChatClient, prompt: Optional[Pro
             result.verdict = Verdict("ok", attempt.message, tested=harness.runs)
             messages.append(assistant(content))
             break
-        if content is not None:  # the model said something: show it what was wrong with it
-            messages += [assistant(content), user(_feedback(attempt) + "\n\n" + REPAIR_INSTRUCTIONS)]
+        if content is not None:  # the model said something: show it what was wrong with it (scrubbed, bounded)
+            feedback = scrub(_feedback(attempt), workdir=harness.workdir, secrets=[client.settings.api_key or ""])
+            messages += [assistant(content), user(feedback + "\n\n" + REPAIR_INSTRUCTIONS)]
     if not result.ok or optimize_rounds <= 0:
         return result
     current = _measure(harness, result.assembly, timing_runs)

@@ -28,6 +28,7 @@ from behavioral_pq.artifacts import (
     atomic_path,
     check_encoder,
     check_files,
+    check_replaceable,
     encoder_identity,
     file_checksums,
     read_sealed_config,
@@ -83,11 +84,14 @@ class Predictor:
 
 
 def save_predictor(path: Union[str, os.PathLike], kind: str, estimator, encoder, *, training: dict,
-                   metrics: dict) -> Path:
-    """Write a predictor folder (replacing ``path`` only once complete)."""
+                   metrics: dict, overwrite: bool = False) -> Path:
+    """Write a predictor folder (replacing ``path`` only once complete; a folder that holds something else than
+    a predictor is refused unless ``overwrite``)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     path = Path(path)
+    check_replaceable(path, config="predictor.json", format=FORMAT, overwrite=overwrite, error=PredictorError,
+                      what="a predictor")
     with atomic_path(path) as tmp:
         estimator.save(tmp)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "versions": versions(),
@@ -183,7 +187,8 @@ def training_data(kind: str, store: Union[str, os.PathLike], *, states: Optional
 
 
 def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, os.PathLike], *, encoder=None,
-                    states: Optional[Union[str, os.PathLike]] = None, seed: int = 0, settings=None) -> dict:
+                    states: Optional[Union[str, os.PathLike]] = None, seed: int = 0, settings=None,
+                    overwrite: bool = False) -> dict:
     """Train a predictor of ``kind`` on the embeddings of a corpus store and save it to ``out``.
 
     Trains on the store's ``train`` split and stops early on ``valid`` (an unsplit store uses every labelled
@@ -192,6 +197,8 @@ def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, o
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    check_replaceable(out, config="predictor.json", format=FORMAT, overwrite=overwrite, error=PredictorError,
+                      what="a predictor")
     encoder = encoder or load_encoder()
     train, valid = training_data(kind, store, states=states, probes=encoder.probe_set)
     settings = settings or TrainSettings(seed=seed)
@@ -212,7 +219,7 @@ def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, o
     training = {"store": str(Path(store).resolve()), "states": str(Path(states).resolve()) if states else None,
                 "items": {"train": len(train), "valid": len(valid) if valid is not None else 0},
                 "seed": settings.seed, "best_epoch": estimator.best_epoch_}
-    save_predictor(out, kind, estimator, encoder, training=training, metrics=metrics)
+    save_predictor(out, kind, estimator, encoder, training=training, metrics=metrics, overwrite=overwrite)
     return {"training": training, "metrics": metrics}
 
 

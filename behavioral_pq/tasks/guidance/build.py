@@ -12,9 +12,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from behavioral_pq.artifacts import (
-    encoder_identity,
-)
+from behavioral_pq.artifacts import check_replaceable, encoder_identity
 from behavioral_pq.core.catalog import PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.module import Module
@@ -22,6 +20,7 @@ from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import BPQError, CorpusError, LibraryError
 from behavioral_pq.tasks.guidance.library import (
+    FORMAT,
     GENERIC,
     OZ,
     LibraryProgram,
@@ -62,7 +61,7 @@ def search_program(module, engine, *, ga: Optional[dict] = None, keep: int = 4, 
 
 def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], programs: Sequence[str], *,
                   encoder=None, engine=None, ga: Optional[dict] = None, keep: int = 4, seed: int = 0,
-                  progress: bool = False) -> ProgramLibrary:
+                  progress: bool = False, overwrite: bool = False) -> ProgramLibrary:
     """Search good pipelines for the store's ``programs`` (module hashes) and save a library to ``out``.
 
     Resumable: each program's results go to ``OUT.search.jsonl`` as soon as it is done, and a rerun with the same
@@ -71,6 +70,8 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
     """
     from tqdm import tqdm
 
+    check_replaceable(out, config="library.json", format=FORMAT, overwrite=overwrite, error=LibraryError,
+                      what="a program library")
     encoder = encoder or load_encoder()
     engine = engine or default_engine()
     corpus = Corpus(store)
@@ -125,7 +126,7 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
         entries.append(entry)
         matrix.append(embeddings[row["program"]])
     library = ProgramLibrary(entries, np.stack(matrix), encoder_identity(encoder), settings=settings)
-    library.save(out)
+    library.save(out, overwrite=overwrite)
     return library
 
 

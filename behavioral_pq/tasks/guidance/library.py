@@ -19,6 +19,7 @@ from behavioral_pq.artifacts import (
     atomic_path,
     check_encoder,
     check_files,
+    check_replaceable,
     file_checksums,
     read_sealed_config,
     seal,
@@ -199,10 +200,13 @@ class ProgramLibrary:
 
     # -- storage -------------------------------------------------------------------------------------------------
 
-    def save(self, path: Union[str, os.PathLike]) -> Path:
-        """Write the library folder (``library.json`` + ``index.faiss``), replacing ``path`` once complete."""
+    def save(self, path: Union[str, os.PathLike], *, overwrite: bool = False) -> Path:
+        """Write the library folder (``library.json`` + ``index.faiss``), replacing ``path`` once complete (a
+        folder that holds something else than a program library is refused unless ``overwrite``)."""
         import faiss
 
+        check_replaceable(path, config="library.json", format=FORMAT, overwrite=overwrite, error=LibraryError,
+                          what="a program library")
         path = Path(path)
         pipelines: Dict[Steps, int] = {}
         programs = []
