@@ -13,6 +13,7 @@ import pytest
 
 import behavioral_pq as bpq
 from behavioral_pq.core.engine import Engine
+from behavioral_pq.core.toolchain import find_tool
 from behavioral_pq.corpus import Corpus, build_corpus, discover
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.embedding.checkpoint import load_checkpoint
@@ -236,3 +237,23 @@ def test_fuzz_campaign_tool_runs_resumes_and_replays(tmp_path):
     assert f"recorded {info['error_kind']}" in replay.stdout
     if info["error_kind"] == "PassCrashError":
         assert replay.returncode == 1 and "replay: PassCrashError" in replay.stdout
+
+
+# -- results that depended on memory layout ------------------------------------------------------------------
+
+def test_a_layout_dependent_crash_is_recorded_the_same_in_every_build(tmp_path):
+    """An llvm-stress module whose spectra crashed LLVM in some processes and not in others (5 of 12 runs
+    succeeded): engine workers now run with a fixed address layout, so six builds record one outcome."""
+    module = tmp_path / "stress.ll"
+    subprocess.run([find_tool("llvm-stress"), "--seed=1156370259", "--size=10", "-o", str(module)], check=True)
+    outcomes = []
+    for i in range(6):
+        store = tmp_path / f"store{i}"
+        for verb in (["corpus", "build", str(module), "--out", str(store)], ["corpus", "spectra", str(store)]):
+            subprocess.run([sys.executable, "-m", "behavioral_pq", *verb, "-q", "--workers", "1"], check=True,
+                           capture_output=True, timeout=300)
+        failures = json.loads(subprocess.run([sys.executable, "-m", "behavioral_pq", "corpus", "info", str(store),
+                                              "--failures", "--json"], capture_output=True, text=True,
+                                             timeout=300).stdout)
+        outcomes.append(sorted((f["table"], f["error_kind"]) for f in failures))
+    assert all(o == outcomes[0] for o in outcomes), outcomes

@@ -13,6 +13,7 @@ result survives.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import mmap
 import os
@@ -90,6 +91,24 @@ class _Task:
     nodes: List[int] = field(default_factory=list)  # batch node indices, for "tree"
 
 
+_ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def _fixed_address_layout() -> None:
+    """Runs in a new worker before exec: turn address-space randomization off for it (``setarch -R``).
+
+    Some LLVM 19 passes iterate containers keyed by pointers, so whether they crash, and in rare cases what they
+    produce, can depend on where the heap lands; with a fixed layout a module's result is the same in every run
+    and every build (a module that crashed in 7 of 8 fresh processes now does so in all of them)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        current = libc.personality(0xFFFFFFFF)
+        if current != -1:
+            libc.personality(current | _ADDR_NO_RANDOMIZE)
+    except (OSError, AttributeError):   # not Linux: leave the layout as it is
+        pass
+
+
 class _WorkerDied(Exception):
     pass
 
@@ -110,7 +129,8 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "behavioral_pq.core._worker", self._progress_file.name, str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True,
+            preexec_fn=_fixed_address_layout)
         self.fd = self.proc.stdout.fileno()
         self.task: Optional[_Task] = None
         self._buffer = bytearray()
