@@ -185,8 +185,9 @@ def test_a_project_with_generated_headers_cxx_and_a_broken_unit(tmp_path):
                                              "{ int s = 0; for (int x : v) s += x; return s; }\n")
     (project / "src" / "broken.c").write_text("int broken(void) { return undeclared_thing; }\n")
     build = project / "build"
+    # the source is spelled differently in "file" (absolute) and in the command (relative, as Make writes it)
     commands = [{"directory": str(build), "file": str(project / "src" / name),
-                 "arguments": [cc, "-Igen", *defines, "-O2", "-c", str(project / "src" / name), "-o", name + ".o"]}
+                 "arguments": [cc, "-Igen", *defines, "-O2", "-c", f"./../src/{name}", "-o", name + ".o"]}
                 for name, cc, defines in (("table.c", "cc", ["-DFACTOR=3"]), ("main.c", "cc", []),
                                           ("util.cc", "c++", ["-std=c++17"]), ("broken.c", "cc", []))]
     db = build / "compile_commands.json"

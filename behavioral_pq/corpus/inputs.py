@@ -152,7 +152,19 @@ def code_loading_flags(arguments: Sequence[str]) -> List[str]:
     return found
 
 
-def _clean_arguments(arguments: Sequence[str], file: str) -> Tuple[str, ...]:
+def _clean_arguments(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> Tuple[str, ...]:
+    """The flags of a recorded command without the compiler, the source file (however it is spelled: ``a.c``,
+    ``./src/a.c`` or absolute) and the flags that ours replace."""
+    source = (directory / file if directory is not None and not Path(file).is_absolute() else Path(file))
+    source = os.path.normpath(str(source))
+
+    def is_source(arg: str) -> bool:
+        if arg == file:
+            return True
+        if arg.startswith("-") or directory is None:
+            return False
+        return os.path.normpath(str(directory / arg) if not Path(arg).is_absolute() else arg) == source
+
     kept: List[str] = []
     skip = False
     for arg in arguments[1:]:
@@ -162,7 +174,7 @@ def _clean_arguments(arguments: Sequence[str], file: str) -> Tuple[str, ...]:
         if arg in _DROP_WITH_VALUE:
             skip = True
             continue
-        if arg in _DROP_EXACT or arg.startswith(_DROP_PREFIX) or arg == file or arg.startswith("-o"):
+        if arg in _DROP_EXACT or arg.startswith(_DROP_PREFIX) or is_source(arg) or arg.startswith("-o"):
             continue
         kept.append(arg)
     return tuple(kept)
@@ -217,7 +229,7 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
             if loading:
                 raise ValueError(f"{path}: entry {i} ({entry['file']}) has flags that load or run other code "
                                  f"({', '.join(loading)}); refused (allow them with --allow-plugins)")
-        flags = _clean_arguments(arguments, entry["file"])
+        flags = _clean_arguments(arguments, entry["file"], directory)
         suffix = source.suffix
         language = "c++" if suffix in CXX_SUFFIXES else "c" if suffix in C_SUFFIXES else None
         group = project if project is not None and regex is None else _group_of(str(source), regex)
