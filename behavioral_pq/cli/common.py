@@ -4,7 +4,6 @@ flags, a compile_commands.json), output checks and the one error format."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
@@ -70,27 +69,11 @@ def program_flags(args) -> List[str]:
 def load_program(args):
     """The one module of a program verb's FILE arguments (see :func:`add_program_arguments`)."""
     from behavioral_pq.core.module import load_module
-    from behavioral_pq.core.toolchain import link_bitcode
-    from behavioral_pq.corpus.inputs import from_compile_commands, load_bitcode
+    from behavioral_pq.corpus.inputs import module_from_compile_commands
 
     flags = program_flags(args)
     if getattr(args, "compile_commands", None):
-        items = list(from_compile_commands(args.compile_commands))
-        if args.files:
-            wanted = {str(Path(f).resolve()) for f in args.files}
-            chosen = [i for i in items if i.sources[0] in wanted]
-            missing = wanted - {i.sources[0] for i in chosen}
-            if missing:
-                raise ValueError(f"{args.compile_commands}: no entry for {', '.join(sorted(missing))}")
-        else:
-            chosen = items
-        if not chosen:
-            raise ValueError(f"{args.compile_commands}: lists no translation unit")
-        units = [load_bitcode(i if not flags else dataclasses.replace(i, flags=i.flags + tuple(flags)))
-                 for i in chosen]
-        name = Path(chosen[0].sources[0]).name if len(chosen) == 1 else f"{Path(args.compile_commands).name} " \
-            f"({len(chosen)} units)"
-        return load_module(link_bitcode(units, what=f"units of {args.compile_commands}"), name=name)
+        return module_from_compile_commands(args.compile_commands, files=args.files, flags=flags)
     if not args.files:
         raise ValueError("give FILE (or --compile-commands JSON)")
     return load_module(args.files[0] if len(args.files) == 1 else list(args.files), flags=flags)

@@ -7,6 +7,7 @@ result (kind, paths, file contents, flags), so a corpus build can tell what it h
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, link_bitcode
 from behavioral_pq.corpus.buckets import project_origin
 
@@ -251,3 +253,28 @@ def load_bitcode(item: InputItem, *, timeout: float = 120.0) -> bytes:
             units.append(compile_to_bitcode(path, language=item.language, flags=item.flags, timeout=timeout,
                                             cwd=item.cwd))
     return link_bitcode(units, timeout=timeout, what=f"units of {Path(item.sources[0]).parent}")
+
+
+def module_from_compile_commands(path: os.PathLike, *, files: Sequence[os.PathLike] = (), flags: Sequence[str] = (),
+                                 allow_plugins: bool = False) -> Module:
+    """One module from a ``compile_commands.json``: the units of ``files`` (each with its recorded flags, plus
+    ``flags``), or every unit it lists when ``files`` is empty, compiled and linked.
+
+    Raises:
+        ValueError: a file with no entry, or a database without units. CompileError: a unit does not compile
+        or the units do not link.
+    """
+    items = list(from_compile_commands(path, allow_plugins=allow_plugins))
+    if files:
+        wanted = {str(Path(f).resolve()) for f in files}
+        chosen = [i for i in items if i.sources[0] in wanted]
+        missing = wanted - {i.sources[0] for i in chosen}
+        if missing:
+            raise ValueError(f"{path}: no entry for {', '.join(sorted(missing))}")
+    else:
+        chosen = items
+    if not chosen:
+        raise ValueError(f"{path}: lists no translation unit")
+    units = [load_bitcode(dataclasses.replace(i, flags=i.flags + tuple(flags))) for i in chosen]
+    name = Path(chosen[0].sources[0]).name if len(chosen) == 1 else f"{Path(path).name} ({len(chosen)} units)"
+    return load_module(link_bitcode(units, what=f"units of {path}"), name=name)
