@@ -1,0 +1,361 @@
+"""``llvm-v0`` on LLVM 19: CompilerGym's pass-ordering environment, as a Gymnasium environment.
+
+Actions are the 124 catalog passes in CompilerGym's order and names. Observations are computed lazily and cached
+per state; rewards follow CompilerGym's definitions. Every pass runs in the crash-contained engine (worker
+processes, fixed address layout), so a pass that aborts LLVM ends the episode (``terminated``, the error in
+``info["error"]``) and the environment goes on working. Passes run in the engine's *measure* mode (no
+TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR for the host triple.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from behavioral_pq.core.catalog import PASSES, sequence_pipeline
+from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
+from behavioral_pq.core.module import Module, load_module
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.toolchain import find_tool, run_tool
+from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.spectrum import spectrum
+from behavioral_pq.errors import EngineError
+
+OBSERVATION_SPACES = ("Autophase", "InstCount", "Ir", "Bitcode", "IrInstructionCount", "IrInstructionCountO0",
+                      "IrInstructionCountO3", "IrInstructionCountOz", "ObjectTextSizeBytes", "ObjectTextSizeO0",
+                      "ObjectTextSizeO3", "ObjectTextSizeOz", "Spectrum", "Codes", "Embedding")
+REWARD_SPACES = ("IrInstructionCount", "IrInstructionCountNorm", "IrInstructionCountO3", "IrInstructionCountOz",
+                 "ObjectTextSizeBytes", "ObjectTextSizeOz")
+
+BenchmarkLike = Union[str, os.PathLike, bytes, Module]
+
+
+class ActionSpace(spaces.Discrete):
+    """The 124 catalog passes as CompilerGym's ``llvm-v0`` action space: ``names`` and ``flags`` in its order."""
+
+    def __init__(self, seed: Optional[int] = None):
+        super().__init__(len(PASSES), seed=seed)
+        self.names: List[str] = [p.flag.lstrip("-") for p in PASSES]
+        self.flags: List[str] = [p.flag for p in PASSES]
+
+    def to_string(self, actions: Sequence[int]) -> str:
+        return " ".join(self.flags[a] for a in actions)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvState:
+    """A replayable episode: the benchmark, the actions taken, the reward so far and the time spent."""
+
+    benchmark: str
+    actions: Tuple[int, ...]
+    reward: Optional[float]
+    walltime: float
+
+    @property
+    def commandline(self) -> str:
+        return " ".join(PASSES[a].flag for a in self.actions)
+
+    def to_json(self) -> dict:
+        return {"benchmark": self.benchmark, "actions": list(self.actions), "reward": self.reward,
+                "walltime": self.walltime}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "EnvState":
+        return cls(str(data["benchmark"]), tuple(int(a) for a in data["actions"]), data.get("reward"),
+                   float(data.get("walltime", 0.0)))
+
+
+def _text_size(bitcode: bytes) -> int:
+    """Bytes of the .text sections of ``llc-19 -O2``'s object for the module."""
+    with tempfile.TemporaryDirectory(prefix="bpq-size-") as tmp:
+        obj = Path(tmp) / "m.o"
+        run_tool([find_tool("llc"), "-O2", "-filetype=obj", "--relocation-model=pic", "-o", str(obj), "-"],
+                 input=bitcode)
+        table = run_tool([find_tool("llvm-size"), "-A", str(obj)]).stdout.decode()
+    return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
+
+
+def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Module]:
+    """(URI, module) of a benchmark: a Module, IR/bitcode bytes, a path, or a generator URI
+    (``generator://csmith-v0/SEED``, ``generator://llvm-stress-v0/SEED``)."""
+    if isinstance(benchmark, Module):
+        return f"module://{benchmark.sha256[:16]}", benchmark
+    if isinstance(benchmark, (bytes, bytearray)):
+        module = load_module(bytes(benchmark), engine=engine)
+        return f"module://{module.sha256[:16]}", module
+    text = str(benchmark)
+    match = re.fullmatch(r"generator://(csmith|llvm-stress)-v0/(\d+)", text)
+    if match:
+        kind, seed = match.group(1), int(match.group(2))
+        with tempfile.TemporaryDirectory(prefix="bpq-gen-") as tmp:
+            if kind == "csmith":
+                source = Path(tmp) / f"csmith-{seed}.c"
+                source.write_bytes(run_tool([find_csmith(), "--seed", str(seed)], timeout=60).stdout)
+                module = load_module(source, flags=[f"-I{CSMITH_INCLUDE}", "-w"], engine=engine)
+            else:
+                data = run_tool([find_tool("llvm-stress"), f"--seed={seed}", "--size=50"]).stdout
+                module = load_module(data, name=f"llvm-stress-{seed}", engine=engine)
+        return text, module
+    if text.startswith("generator://"):
+        raise ValueError(f"unknown generator {text!r}: generator://csmith-v0/SEED or generator://llvm-stress-v0/SEED")
+    path = Path(text[len("file://"):] if text.startswith("file://") else text)
+    return f"file://{path.resolve()}", load_module(path, engine=engine)
+
+
+class LlvmEnv(gymnasium.Env):
+    """CompilerGym's ``llvm-v0`` on LLVM 19 (Gymnasium API: ``reset`` -> (obs, info), ``step`` -> (obs, reward,
+    terminated, truncated, info)).
+
+    Args:
+        benchmark: what to compile (see :func:`load_benchmark`); ``reset(benchmark=...)`` changes it.
+        observation_space: the name of the default observation (None: none; a list: a list of observations).
+        reward_space: the name of the default reward (None: reward 0.0).
+        engine: where passes run (default: the shared protected engine).
+        encoder: the encoder of the ``Embedding`` and ``Codes`` observations (default: the shipped one).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, benchmark: Optional[BenchmarkLike] = None, *, observation_space: Optional[str] = None,
+                 reward_space: Optional[str] = None, engine: Optional[Engine] = None, encoder=None):
+        for name in ([observation_space] if isinstance(observation_space, str) else observation_space or []):
+            _check(name, OBSERVATION_SPACES, "observation space")
+        if reward_space is not None:
+            _check(reward_space, REWARD_SPACES, "reward space")
+        self.engine = engine or default_engine()
+        self._encoder = encoder
+        self.action_space = ActionSpace()
+        self.observation_space_name = observation_space
+        self.reward_space_name = reward_space
+        self.observation_space = _space(observation_space) if isinstance(observation_space, str) else None
+        self.benchmark = benchmark
+        self._uri: Optional[str] = None
+        self._initial: Optional[Module] = None
+        self._module: Optional[Module] = None
+        self._actions: List[int] = []
+        self._reward_total = 0.0
+        self._start = time.monotonic()
+        self._cache: Dict[Tuple[str, str], Any] = {}
+        self.observation = _Observations(self)
+
+    # -- the Gymnasium API ---------------------------------------------------------------------------------------
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None,
+              benchmark: Optional[BenchmarkLike] = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.action_space.seed(seed)
+        benchmark = benchmark if benchmark is not None else (options or {}).get("benchmark", self.benchmark)
+        if benchmark is None:
+            raise ValueError("no benchmark: make('llvm-v0', benchmark=...) or reset(benchmark=...)")
+        self.benchmark = benchmark
+        self._uri, self._initial = load_benchmark(benchmark, self.engine)
+        self._module = self._initial
+        self._actions = []
+        self._reward_total = 0.0
+        self._start = time.monotonic()
+        return self._observe(self.observation_space_name), {"benchmark": self._uri}
+
+    def step(self, action: int, *, observation_spaces: Optional[Sequence[str]] = None,
+             reward_spaces: Optional[Sequence[str]] = None):
+        return self.multistep([action], observation_spaces=observation_spaces, reward_spaces=reward_spaces)
+
+    def multistep(self, actions: Sequence[int], *, observation_spaces: Optional[Sequence[str]] = None,
+                  reward_spaces: Optional[Sequence[str]] = None):
+        """Apply ``actions`` in order, as that many steps; rewards are summed over them. With lists of spaces, the
+        observation and reward are lists in that order (as CompilerGym's ``observation_spaces`` /
+        ``reward_spaces``)."""
+        self._require_reset()
+        actions = [int(a) for a in actions]
+        for a in actions:
+            if not 0 <= a < len(PASSES):
+                raise ValueError(f"action {a} is not in 0..{len(PASSES) - 1}")
+        rewards = list(reward_spaces) if reward_spaces is not None else (
+            [self.reward_space_name] if self.reward_space_name else [])
+        before = {r: self._reward_metric(r, self._module) for r in rewards}
+        info: Dict[str, Any] = {"action_had_no_effect": False}
+        terminated = False
+        try:
+            start = self._module
+            for action in actions:   # one run per action, as separate steps: the same modules as step()
+                bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
+                                                   name=self._module.name)
+                self._module = Module(bitcode, name=self._module.name)
+                self._actions.append(action)
+            info["action_had_no_effect"] = self._module.sha256 == start.sha256
+        except EngineError as exc:
+            terminated = True
+            info["error"] = f"{type(exc).__name__}: {exc}"
+        values = [self._reward(r, before[r]) if not terminated else 0.0 for r in rewards]
+        if self.reward_space_name in rewards:
+            self._reward_total += values[rewards.index(self.reward_space_name)]
+        obs_names = list(observation_spaces) if observation_spaces is not None else self.observation_space_name
+        observation = self._observe(obs_names)
+        reward = values if reward_spaces is not None else (values[0] if values else 0.0)
+        return observation, reward, terminated, False, info
+
+    def close(self) -> None:
+        self._cache.clear()
+
+    # -- CompilerGym's extras ------------------------------------------------------------------------------------
+
+    @property
+    def actions(self) -> List[int]:
+        return list(self._actions)
+
+    @property
+    def state(self) -> EnvState:
+        self._require_reset()
+        return EnvState(self._uri, tuple(self._actions), self._reward_total if self.reward_space_name else None,
+                        time.monotonic() - self._start)
+
+    def commandline(self) -> str:
+        """The equivalent ``opt-19`` command."""
+        self._require_reset()
+        return f"opt-19 -passes='{sequence_pipeline(self._actions) if self._actions else ''}' input.bc -o output.bc"
+
+    def fork(self) -> "LlvmEnv":
+        """A new environment in this one's state (modules are immutable: nothing is re-run)."""
+        self._require_reset()
+        other = LlvmEnv(self.benchmark, observation_space=self.observation_space_name,
+                        reward_space=self.reward_space_name, engine=self.engine, encoder=self._encoder)
+        other._uri, other._initial, other._module = self._uri, self._initial, self._module
+        other._actions, other._reward_total, other._start = list(self._actions), self._reward_total, self._start
+        other._cache = self._cache          # keyed by module hash: shared safely
+        return other
+
+    def validate(self, state: Optional[EnvState] = None) -> bool:
+        """Replay ``state`` (default: this episode) from scratch and check that it gives this module and reward.
+
+        Raises ValueError naming what differs (another benchmark, another module, another reward)."""
+        state = state or self.state
+        replay = LlvmEnv(state.benchmark if state.benchmark.startswith(("file://", "generator://")) else
+                         self.benchmark, reward_space=self.reward_space_name, engine=self.engine)
+        replay.reset()
+        if replay._uri != self._uri:
+            raise ValueError(f"state is for {state.benchmark}, this episode runs {self._uri}")
+        if state.actions:
+            replay.multistep(state.actions)
+        if replay._module.sha256 != self._module.sha256 or tuple(self._actions) != state.actions:
+            raise ValueError("replaying the actions gives another module than this episode's")
+        if state.reward is not None and self.reward_space_name and not np.isclose(
+                replay._reward_total, state.reward, rtol=1e-9, atol=1e-9):
+            raise ValueError(f"replayed reward {replay._reward_total} differs from the state's {state.reward}")
+        return True
+
+    # -- observations and rewards --------------------------------------------------------------------------------
+
+    def _require_reset(self) -> None:
+        if self._module is None:
+            raise RuntimeError("call reset() first")
+
+    def _observe(self, names):
+        if names is None:
+            return None
+        if isinstance(names, str):
+            return self.observation[names]
+        return [self.observation[n] for n in names]
+
+    def _compute(self, name: str, module: Module):
+        key = (name, module.sha256)
+        if key not in self._cache:
+            self._cache[key] = _OBSERVERS[name](self, module)
+        return self._cache[key]
+
+    def _reward_metric(self, name: str, module: Module) -> float:
+        if name.startswith("IrInstructionCount"):
+            return float(module.instruction_count)
+        return float(self._compute("ObjectTextSizeBytes", module))
+
+    def _reward(self, name: str, before: float) -> float:
+        after = self._reward_metric(name, self._module)
+        delta = before - after
+        if name in ("IrInstructionCount", "ObjectTextSizeBytes"):
+            return delta
+        if name == "IrInstructionCountNorm":
+            return delta / max(1.0, float(self._initial.instruction_count))
+        if name == "ObjectTextSizeOz":
+            base = self._compute("ObjectTextSizeO0", self._initial) - self._compute("ObjectTextSizeOz", self._initial)
+        else:
+            level = "O3" if name.endswith("O3") else "Oz"
+            base = self._initial.instruction_count - self._compute(f"IrInstructionCount{level}", self._initial)
+        return delta / base if base else 0.0
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            self._encoder = load_encoder()
+        return self._encoder
+
+
+class _Observations:
+    """``env.observation["Autophase"]``: the current state's observation, computed once."""
+
+    def __init__(self, env: LlvmEnv):
+        self._env = env
+
+    def __getitem__(self, name: str):
+        _check(name, OBSERVATION_SPACES, "observation space")
+        self._env._require_reset()
+        module = self._env._initial if name.endswith(("O0", "O3", "Oz")) else self._env._module
+        return self._env._compute(name, module)
+
+    def keys(self) -> Tuple[str, ...]:
+        return OBSERVATION_SPACES
+
+
+def _check(name: str, known: Sequence[str], what: str) -> None:
+    if name not in known:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
+
+
+def _space(name: str) -> spaces.Space:
+    if name == "Autophase":
+        return spaces.Box(0, np.iinfo(np.int64).max, (len(AUTOPHASE_FEATURES),), np.int64)
+    if name == "InstCount":
+        return spaces.Box(0, np.iinfo(np.int64).max, (len(INSTCOUNT_FEATURES),), np.int64)
+    if name in ("Ir", "Bitcode"):
+        return spaces.Text(max_length=1 << 30)
+    if name in ("Spectrum", "Codes", "Embedding"):
+        return spaces.Box(-np.inf, np.inf, (0,), np.float32)   # shape depends on the probe set and encoder
+    return spaces.Box(0, np.iinfo(np.int64).max, (), np.int64)
+
+
+_OBSERVERS: Dict[str, Callable[[LlvmEnv, Module], Any]] = {
+    "Autophase": lambda env, m: autophase(m),
+    "InstCount": lambda env, m: instcount(m),
+    "Ir": lambda env, m: m.text(),
+    "Bitcode": lambda env, m: m.bitcode,
+    "IrInstructionCount": lambda env, m: m.instruction_count,
+    "IrInstructionCountO0": lambda env, m: m.instruction_count,
+    "IrInstructionCountO3": lambda env, m: optimize(m, "O3", engine=env.engine).instruction_count,
+    "IrInstructionCountOz": lambda env, m: optimize(m, "Oz", engine=env.engine).instruction_count,
+    "ObjectTextSizeBytes": lambda env, m: _text_size(m.bitcode),
+    "ObjectTextSizeO0": lambda env, m: _text_size(m.bitcode),
+    "ObjectTextSizeO3": lambda env, m: _text_size(optimize(m, "O3", engine=env.engine).bitcode),
+    "ObjectTextSizeOz": lambda env, m: _text_size(optimize(m, "Oz", engine=env.engine).bitcode),
+    "Spectrum": lambda env, m: spectrum(m, env.encoder.probe_set, engine=env.engine),
+    "Codes": lambda env, m: env.encoder.codes(spectrum(m, env.encoder.probe_set, engine=env.engine)[None])[0],
+    "Embedding": lambda env, m: env.encoder.embed(m),
+}
+
+
+def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
+    """``make("llvm-v0", benchmark=..., observation_space=..., reward_space=...)``."""
+    if env_id not in ("llvm-v0", "bpq/llvm-v0"):
+        raise ValueError(f"unknown environment {env_id!r}; this package provides 'llvm-v0'")
+    return LlvmEnv(**kwargs)
+
+
+__all__ = ["ActionSpace", "EnvState", "LlvmEnv", "OBSERVATION_SPACES", "REWARD_SPACES", "load_benchmark", "make"]
