@@ -13,7 +13,7 @@ from conftest import EXAMPLES
 import behavioral_pq as bpq
 import behavioral_pq.env.compiler_gym as compiler_gym
 from behavioral_pq.core.catalog import PASSES
-from behavioral_pq.env import OBSERVATION_SPACES, EnvState, make
+from behavioral_pq.env import OBSERVATION_SPACES, EnvState, StoreBenchmarks, make
 from behavioral_pq.errors import PassCrashError
 
 PROGRAM = str(EXAMPLES / "matmul.c")
@@ -160,3 +160,25 @@ def test_observations_benchmarks_and_registration():
         make("llvm-v0", benchmark=PROGRAM).step(0)
     with pytest.raises(ValueError, match="not in 0..123"):
         env.step(124)
+
+
+def test_benchmarks_from_a_corpus_store_by_split(tmp_path):
+    from behavioral_pq.corpus import Corpus, build_corpus, discover, split_corpus
+
+    store = tmp_path / "store"
+    build_corpus(discover([EXAMPLES], origin="examples"), store, workers=1, labels=False)
+    split_corpus(store, seed=0, fractions=(0.5, 0.25, 0.25))
+    bench = StoreBenchmarks(store)
+    everything = bench.uris()
+    assert len(everything) == 4 and all(u.startswith(f"benchmark://{store.resolve()}/") for u in everything)
+    train = bench.uris("train")
+    assert train and set(train) <= set(everything)
+    assert len(train) == len([s for s in Corpus(store).store.splits().values() if s == "train"])
+    assert bench.sample(2, split="train", seed=1) == bench.sample(2, split="train", seed=1)
+    env = make("llvm-v0", benchmark=train[0], reward_space="IrInstructionCount")
+    _, info = env.reset()
+    assert info["benchmark"] == train[0]
+    env.step(PASSES.index(next(p for p in PASSES if p.flag == "-sroa")))
+    assert env.validate()
+    with pytest.raises(ValueError, match="no such module"):
+        env.reset(benchmark=f"benchmark://{store.resolve()}/{'0' * 64}")

@@ -17,9 +17,17 @@ For code written for CompilerGym (4-tuple ``step``), see :mod:`behavioral_pq.env
 
 import gymnasium
 
-from behavioral_pq.env.llvm import OBSERVATION_SPACES, REWARD_SPACES, ActionSpace, EnvState, LlvmEnv, make
+from behavioral_pq.env.llvm import (
+    OBSERVATION_SPACES,
+    REWARD_SPACES,
+    ActionSpace,
+    EnvState,
+    LlvmEnv,
+    StoreBenchmarks,
+    make,
+)
 
 if "bpq/llvm-v0" not in gymnasium.registry:
     gymnasium.register(id="bpq/llvm-v0", entry_point="behavioral_pq.env.llvm:LlvmEnv")
 
-__all__ = ["ActionSpace", "EnvState", "LlvmEnv", "OBSERVATION_SPACES", "REWARD_SPACES", "make"]
+__all__ = ["ActionSpace", "EnvState", "LlvmEnv", "OBSERVATION_SPACES", "REWARD_SPACES", "StoreBenchmarks", "make"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import re
 import tempfile
 import time
@@ -28,6 +29,7 @@ from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import find_tool, run_tool
 from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
+from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.spectrum import spectrum
 from behavioral_pq.errors import EngineError
@@ -86,8 +88,32 @@ def _text_size(bitcode: bytes) -> int:
     return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
 
 
+class StoreBenchmarks:
+    """The modules of a corpus store as benchmark URIs, ``benchmark://STORE/SHA256`` (STORE: the store's folder,
+    absolute), listed and sampled by split::
+
+        bench = StoreBenchmarks("stores/main")
+        env.reset(benchmark=bench.sample(split="test", seed=0)[0])
+    """
+
+    def __init__(self, store: os.PathLike):
+        self.path = Path(store).resolve()
+        self.corpus = Corpus(self.path)
+
+    def uris(self, split: Optional[str] = None) -> List[str]:
+        """Every module's URI (sorted by hash), or those of one split."""
+        shas = self.corpus.split(split) if split else sorted(self.corpus.store.keys("modules"))
+        return [f"benchmark://{self.path}/{sha}" for sha in shas]
+
+    def sample(self, count: int = 1, *, split: Optional[str] = None, seed: int = 0) -> List[str]:
+        """``count`` URIs drawn without replacement (seeded)."""
+        uris = self.uris(split)
+        return random.Random(seed).sample(uris, min(count, len(uris)))
+
+
 def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Module]:
-    """(URI, module) of a benchmark: a Module, IR/bitcode bytes, a path, or a generator URI
+    """(URI, module) of a benchmark: a Module, IR/bitcode bytes, a path, a corpus-store URI
+    (``benchmark://STORE/SHA256``, see :class:`StoreBenchmarks`), or a generator URI
     (``generator://csmith-v0/SEED``, ``generator://llvm-stress-v0/SEED``)."""
     if isinstance(benchmark, Module):
         return f"module://{benchmark.sha256[:16]}", benchmark
@@ -107,6 +133,15 @@ def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Modul
                 data = run_tool([find_tool("llvm-stress"), f"--seed={seed}", "--size=50"]).stdout
                 module = load_module(data, name=f"llvm-stress-{seed}", engine=engine)
         return text, module
+    store_uri = re.fullmatch(r"benchmark://(/.+)/([0-9a-f]{64})", text)
+    if store_uri:
+        store, sha = store_uri.groups()
+        found = next(Corpus(store).iter_modules(only={sha}), None)
+        if found is None:
+            raise ValueError(f"{text}: no such module in the store")
+        return text, load_module(found.bitcode, name=sha[:12], engine=engine)
+    if text.startswith("benchmark://"):
+        raise ValueError(f"{text}: a store benchmark is benchmark://STORE-FOLDER/SHA256 (absolute folder)")
     if text.startswith("generator://"):
         raise ValueError(f"unknown generator {text!r}: generator://csmith-v0/SEED or generator://llvm-stress-v0/SEED")
     path = Path(text[len("file://"):] if text.startswith("file://") else text)
@@ -240,8 +275,9 @@ class LlvmEnv(gymnasium.Env):
 
         Raises ValueError naming what differs (another benchmark, another module, another reward)."""
         state = state or self.state
-        replay = LlvmEnv(state.benchmark if state.benchmark.startswith(("file://", "generator://")) else
-                         self.benchmark, reward_space=self.reward_space_name, engine=self.engine)
+        replayable = state.benchmark.startswith(("file://", "generator://", "benchmark://"))
+        replay = LlvmEnv(state.benchmark if replayable else self.benchmark, reward_space=self.reward_space_name,
+                         engine=self.engine)
         replay.reset()
         if replay._uri != self._uri:
             raise ValueError(f"state is for {state.benchmark}, this episode runs {self._uri}")
@@ -358,4 +394,5 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
     return LlvmEnv(**kwargs)
 
 
-__all__ = ["ActionSpace", "EnvState", "LlvmEnv", "OBSERVATION_SPACES", "REWARD_SPACES", "load_benchmark", "make"]
+__all__ = ["ActionSpace", "EnvState", "LlvmEnv", "OBSERVATION_SPACES", "REWARD_SPACES", "StoreBenchmarks",
+           "load_benchmark", "make"]
