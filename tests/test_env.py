@@ -182,3 +182,18 @@ def test_benchmarks_from_a_corpus_store_by_split(tmp_path):
     assert env.validate()
     with pytest.raises(ValueError, match="no such module"):
         env.reset(benchmark=f"benchmark://{store.resolve()}/{'0' * 64}")
+
+
+def test_runtime_of_a_program_with_main(tmp_path):
+    program = tmp_path / "loop.c"
+    program.write_text("int main(void) { volatile long s = 0; for (long i = 0; i < 20000000; i++) s += i; "
+                       "return (int)(s & 1); }\n")
+    env = make("llvm-v0", benchmark=program)
+    env.reset()
+    before = env.observation["Runtime"]
+    assert before.shape == (5,) and (before > 0).all()
+    env.step(PASSES.index(next(p for p in PASSES if p.flag == "-mem2reg")))
+    assert env.observation["Runtime"].shape == (5,)
+    env.reset(benchmark=b"define i32 @f(i32 %x) {\n  ret i32 %x\n}\n")
+    with pytest.raises(ValueError, match="no main"):
+        env.observation["Runtime"]

@@ -27,16 +27,17 @@ from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
-from behavioral_pq.core.toolchain import find_tool, run_tool
+from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, run_tool
 from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.spectrum import spectrum
 from behavioral_pq.errors import EngineError
+from behavioral_pq.lowering.sandbox import Sandbox, describe
 
 OBSERVATION_SPACES = ("Autophase", "InstCount", "Ir", "Bitcode", "IrInstructionCount", "IrInstructionCountO0",
                       "IrInstructionCountO3", "IrInstructionCountOz", "ObjectTextSizeBytes", "ObjectTextSizeO0",
-                      "ObjectTextSizeO3", "ObjectTextSizeOz", "Spectrum", "Codes", "Embedding")
+                      "ObjectTextSizeO3", "ObjectTextSizeOz", "Runtime", "Spectrum", "Codes", "Embedding")
 REWARD_SPACES = ("IrInstructionCount", "IrInstructionCountNorm", "IrInstructionCountO3", "IrInstructionCountOz",
                  "ObjectTextSizeBytes", "ObjectTextSizeOz")
 
@@ -109,6 +110,27 @@ class StoreBenchmarks:
         """``count`` URIs drawn without replacement (seeded)."""
         uris = self.uris(split)
         return random.Random(seed).sample(uris, min(count, len(uris)))
+
+
+RUNTIME_RUNS = 5
+RUNTIME_TIMEOUT = 30.0
+
+
+def _runtime(module: Module) -> np.ndarray:
+    """float64 (RUNTIME_RUNS,): wall seconds of each run of the module's program (``llc-19 -O2``, linked with
+    clang), in a sandbox; ValueError when the module has no ``main``, RuntimeError when a run fails."""
+    if "define" not in module.text() or not re.search(r"^define [^@]*@main\(", module.text(), re.M):
+        raise ValueError(f"{module.name}: no main function, so no Runtime observation")
+    with tempfile.TemporaryDirectory(prefix="bpq-runtime-") as tmp:
+        binary = assemble(llc_assembly(module.bitcode, opt_level=2), Path(tmp) / "program", executable=True)
+        box = Sandbox(tmp)
+        times = []
+        for _ in range(RUNTIME_RUNS):
+            result = box.run([str(binary)], timeout=RUNTIME_TIMEOUT)
+            if result.returncode is None:
+                raise RuntimeError(f"{module.name}: the program {describe(result)[1]}")
+            times.append(result.seconds)
+    return np.array(times, dtype=np.float64)
 
 
 def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Module]:
@@ -381,6 +403,7 @@ _OBSERVERS: Dict[str, Callable[[LlvmEnv, Module], Any]] = {
     "ObjectTextSizeO0": lambda env, m: _text_size(m.bitcode),
     "ObjectTextSizeO3": lambda env, m: _text_size(optimize(m, "O3", engine=env.engine).bitcode),
     "ObjectTextSizeOz": lambda env, m: _text_size(optimize(m, "Oz", engine=env.engine).bitcode),
+    "Runtime": lambda env, m: _runtime(m),
     "Spectrum": lambda env, m: spectrum(m, env.encoder.probe_set, engine=env.engine),
     "Codes": lambda env, m: env.encoder.codes(spectrum(m, env.encoder.probe_set, engine=env.engine)[None])[0],
     "Embedding": lambda env, m: env.encoder.embed(m),
