@@ -197,3 +197,21 @@ def test_runtime_of_a_program_with_main(tmp_path):
     env.reset(benchmark=b"define i32 @f(i32 %x) {\n  ret i32 %x\n}\n")
     with pytest.raises(ValueError, match="no main"):
         env.observation["Runtime"]
+
+
+def test_leaderboard_on_a_small_store(tmp_path):
+    from behavioral_pq.corpus import build_corpus, discover, split_corpus
+    from behavioral_pq.reports.leaderboard import METHODS, leaderboard
+
+    store = tmp_path / "store"
+    build_corpus(discover([EXAMPLES], origin="examples"), store, workers=1, labels=False)
+    split_corpus(store, seed=0, fractions=(0.0, 0.0, 1.0))
+    report = leaderboard(store, tmp_path / "out", programs=2, seconds=0.5, budget=2)
+    assert report["programs"] == 2 and not report["failed"]
+    everything = report["slices"]["all"]
+    for method in METHODS:
+        assert everything[method]["geomean_oz_over_ic"] >= 1.0     # -Oz is always available to every method
+    text = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "| all | 2 |" in text and "recommend_pipeline" in text
+    rows = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["rows"]
+    assert all(r["counts"]["random-search"] <= r["oz"] for r in rows)

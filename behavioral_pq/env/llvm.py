@@ -268,6 +268,12 @@ class LlvmEnv(gymnasium.Env):
     # -- CompilerGym's extras ------------------------------------------------------------------------------------
 
     @property
+    def initial_module(self) -> Module:
+        """The benchmark's module as loaded by the last ``reset``."""
+        self._require_reset()
+        return self._initial
+
+    @property
     def actions(self) -> List[int]:
         return list(self._actions)
 
