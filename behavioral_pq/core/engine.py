@@ -93,6 +93,9 @@ class _Task:
 
 _ADDR_NO_RANDOMIZE = 0x0040000
 
+#: The variables a worker inherits (everything else, the caller's included, is left out; see Engine workers).
+WORKER_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TMPDIR")
+
 
 def _fixed_address_layout() -> None:
     """Runs in a new worker before exec: turn address-space randomization off for it (``setarch -R``).
@@ -124,13 +127,15 @@ class _Worker:
         self._progress_file.flush()
         self.progress = mmap.mmap(self._progress_file.fileno(), _SLOT * threads)
         self.stderr = tempfile.TemporaryFile(prefix="bpq-worker-stderr-")
-        env = dict(os.environ)
+        # A canonical environment and working folder: with the fixed address layout, what a worker allocates
+        # (and so where LLVM's pointer-keyed containers land) must not depend on the caller's folder or variables.
+        env = {k: os.environ[k] for k in WORKER_ENVIRONMENT if k in os.environ}
         package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "behavioral_pq.core._worker", self._progress_file.name, str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True,
-            preexec_fn=_fixed_address_layout)
+            cwd="/", preexec_fn=_fixed_address_layout)
         self.fd = self.proc.stdout.fileno()
         self.task: Optional[_Task] = None
         self._buffer = bytearray()
