@@ -45,6 +45,10 @@ def cmd_embed(args) -> int:
     for file, error in zip(args.files, errors):
         if error is not None:
             print(error_line(error, file), file=sys.stderr)
+    for file, lost in zip(args.files, batch.degraded):
+        if lost:
+            print(f"bpq: warning: {file}: measured without {len(lost)} pass(es) that crash LLVM on it: "
+                  + ", ".join(f"probe {d.probe} {d.removed}" for d in lost), file=sys.stderr)
     if args.output:
         np.save(args.output, vectors)
     if args.json:

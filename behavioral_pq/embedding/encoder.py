@@ -53,10 +53,13 @@ class EmbeddingBatch:
     Attributes:
         embeddings: float32 (N, D); row i is NaN where ``errors[i]`` is not None.
         errors: one entry per module: None, or the exception that kept it from being embedded.
+        degraded: one entry per module: the probes measured without a pass that crashed LLVM on it
+            (:class:`~behavioral_pq.embedding.spectrum.Degradation`; empty when nothing was left out).
     """
 
     embeddings: np.ndarray
     errors: Tuple[Optional[BaseException], ...]
+    degraded: Tuple[tuple, ...] = ()
 
     @property
     def ok(self) -> np.ndarray:
@@ -190,7 +193,10 @@ class Encoder:
         for i, problem in enumerate(problems):
             if problem is not None:
                 logger.warning("embed_many: module %d failed: %s", i, problem)
-        return EmbeddingBatch(out, tuple(problems))
+        degraded: List[tuple] = [()] * len(modules)
+        for k, (i, _) in enumerate(loaded):
+            degraded[i] = batch.degraded[k] if batch.degraded else ()
+        return EmbeddingBatch(out, tuple(problems), tuple(degraded))
 
 
 _default: Optional[Encoder] = None

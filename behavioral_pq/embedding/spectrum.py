@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from behavioral_pq.core.catalog import sequence_pipeline
 from behavioral_pq.core.engine import Engine, default_engine
-from behavioral_pq.core.module import ModuleLike, load_module
+from behavioral_pq.core.module import Module, ModuleLike, load_module
 from behavioral_pq.embedding.cache import SpectrumCache, default_cache
 from behavioral_pq.embedding.probes import ProbeSet, load_probes
-from behavioral_pq.errors import BPQError
+from behavioral_pq.errors import BPQError, PassCrashError
+
+logger = logging.getLogger(__name__)
 
 ProbesLike = Union[ProbeSet, str, None]
 
@@ -61,6 +65,20 @@ def as_reaction(original: np.ndarray, spectra: np.ndarray, reaction: str) -> np.
 
 
 @dataclass(frozen=True)
+class Degradation:
+    """A probe measured without one of its passes, because that pass crashed LLVM on the module (an LLVM bug the
+    module meets): ``probe`` index, the ``removed`` flag and its ``position`` in the probe."""
+
+    probe: int
+    removed: str
+    position: int
+
+
+#: How many crashing passes a module may lose (over all its probes) before its spectrum counts as failed.
+MAX_REMOVED_PASSES = 4
+
+
+@dataclass(frozen=True)
 class SpectrumBatch:
     """Result of :func:`spectra`.
 
@@ -69,12 +87,15 @@ class SpectrumBatch:
         autophase: int64 (N, P + 1, 56); row 0 the module as given, row i + 1 after probe i; 0 if failed.
         errors: N entries: None, or the module's error (InvalidIRError, PassCrashError, PassTimeoutError).
         probe_set_hash: hash of the probe set measured with.
+        degraded: N tuples of :class:`Degradation`: the probes measured without a pass that crashed LLVM on
+            that module (empty for a module measured as the probe set says).
     """
 
     spectra: np.ndarray
     autophase: np.ndarray
     errors: Tuple[Optional[BPQError], ...]
     probe_set_hash: str
+    degraded: Tuple[Tuple[Degradation, ...], ...] = ()
 
     @property
     def ok(self) -> np.ndarray:
@@ -100,7 +121,11 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
         progress: show a progress bar on stderr.
         cache: True: the on-disk spectrum cache (:mod:`behavioral_pq.embedding.cache`; off when
             ``BPQ_NO_CACHE`` is set), False: measure everything, or a :class:`SpectrumCache`. Only modules
-            measured without error are cached.
+            measured without error or degradation are cached.
+
+    A probe that crashes LLVM on a module does not cost the module its spectrum: the pass responsible is found
+    by bisecting the probe's prefixes, the probe is measured without it, and ``degraded`` says so (at most
+    :data:`MAX_REMOVED_PASSES` passes per module; beyond that, or for a timeout, the module's error stays).
     """
     probe_set = load_probes(probes)
     store = default_cache() if cache is True else (cache or None)
@@ -110,6 +135,7 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
         loaded = [load_module(m, engine=engine) for m in modules]
         features = np.zeros((len(loaded), probe_set.num_probes + 1, 56), np.int64)
         errors: List[Optional[BPQError]] = [None] * len(loaded)
+        degraded: List[Tuple[Degradation, ...]] = [()] * len(loaded)
         todo = []
         for i, module in enumerate(loaded):
             rows = store.get(module.sha256, probe_set.hash, probe_set.num_probes) if store else None
@@ -129,7 +155,11 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
                                                          progress=bar.update if bar else None)
                 for k, i in enumerate(todo):
                     features[i], errors[i] = measured[k], found[k]
-                    if store and found[k] is None:
+                    if isinstance(found[k], PassCrashError) and found[k].pipeline_index is not None:
+                        repaired = _without_crashing_passes(engine, loaded[i], probe_set, found[k])
+                        if repaired is not None:
+                            features[i], degraded[i], errors[i] = repaired[0], repaired[1], None
+                    elif store and found[k] is None:
                         store.put(loaded[i].sha256, probe_set.hash, measured[k])
         finally:
             if bar:
@@ -139,7 +169,47 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
             engine.close()
     values = log_relative(features[:, :1, :], features[:, 1:, :])
     values[[e is not None for e in errors]] = np.nan
-    return SpectrumBatch(values, features, tuple(errors), probe_set.hash)
+    return SpectrumBatch(values, features, tuple(errors), probe_set.hash, tuple(degraded))
+
+
+def _crashes(engine: Engine, module: Module, passes: Sequence[str]) -> bool:
+    try:
+        engine.run_pipeline(module.bitcode, sequence_pipeline(passes), name=module.name)
+    except PassCrashError:
+        return True
+    return False
+
+
+def _without_crashing_passes(engine: Engine, module: Module, probe_set: ProbeSet, error: PassCrashError
+                             ) -> Optional[Tuple[np.ndarray, Tuple[Degradation, ...]]]:
+    """Autophase rows (P + 1, 56) of ``module`` with each crashing pass taken out of its probe, and what was
+    taken out; None when the crash cannot be pinned to one pass or too many passes crash."""
+    sequences = [list(s) for s in probe_set.sequences]
+    removed: List[Degradation] = []
+    while len(removed) < MAX_REMOVED_PASSES:
+        probe = error.pipeline_index
+        passes = sequences[probe]
+        if not passes or not _crashes(engine, module, passes):
+            return None                     # not reproducible on its own: keep the module's error
+        low, high = 1, len(passes)          # the shortest crashing prefix has length in [low, high]
+        while low < high:
+            middle = (low + high) // 2
+            if _crashes(engine, module, passes[:middle]):
+                high = middle
+            else:
+                low = middle + 1
+        removed.append(Degradation(probe, passes[low - 1], low - 1))
+        logger.warning("%s: probe %d crashes LLVM at %s (position %d); measured without it", module.name, probe,
+                       passes[low - 1], low - 1)
+        sequences[probe] = passes[:low - 1] + passes[low:]
+        pipelines = [sequence_pipeline(s) if s else "function(no-op-function)" for s in sequences]
+        rows, errors = engine.autophase_after([module.bitcode], pipelines, names=[module.name])
+        if errors[0] is None:
+            return rows[0], tuple(removed)
+        if not isinstance(errors[0], PassCrashError) or errors[0].pipeline_index is None:
+            return None
+        error = errors[0]
+    return None
 
 
 def spectrum(module: ModuleLike, probes: ProbesLike = None, *, engine: Optional[Engine] = None,
