@@ -67,7 +67,8 @@ def as_reaction(original: np.ndarray, spectra: np.ndarray, reaction: str) -> np.
 @dataclass(frozen=True)
 class Degradation:
     """A probe measured without one of its passes, because that pass crashed LLVM on the module (an LLVM bug the
-    module meets): ``probe`` index, the ``removed`` flag and its ``position`` in the probe."""
+    module meets): ``probe`` index, the ``removed`` flag and its ``position`` in the probe; ``removed="*"`` (position
+    -1) when the whole probe was left out (a crash that did not happen again on its own)."""
 
     probe: int
     removed: str
@@ -183,25 +184,30 @@ def _crashes(engine: Engine, module: Module, passes: Sequence[str]) -> bool:
 def _without_crashing_passes(engine: Engine, module: Module, probe_set: ProbeSet, error: PassCrashError
                              ) -> Optional[Tuple[np.ndarray, Tuple[Degradation, ...]]]:
     """Autophase rows (P + 1, 56) of ``module`` with each crashing pass taken out of its probe, and what was
-    taken out; None when the crash cannot be pinned to one pass or too many passes crash."""
+    taken out; None when too many probes crash.
+
+    The pass is found by bisecting the probe's prefixes. Whether LLVM crashes can depend on the worker's heap
+    (pointer-keyed containers), so when the probe does not crash again on its own, the whole probe is left out
+    (``removed="*"``, ``position=-1``: its row equals the module as given, a zero reaction)."""
     sequences = [list(s) for s in probe_set.sequences]
     removed: List[Degradation] = []
     while len(removed) < MAX_REMOVED_PASSES:
         probe = error.pipeline_index
         passes = sequences[probe]
-        if not passes or not _crashes(engine, module, passes):
-            return None                     # not reproducible on its own: keep the module's error
-        low, high = 1, len(passes)          # the shortest crashing prefix has length in [low, high]
-        while low < high:
-            middle = (low + high) // 2
-            if _crashes(engine, module, passes[:middle]):
-                high = middle
-            else:
-                low = middle + 1
-        removed.append(Degradation(probe, passes[low - 1], low - 1))
-        logger.warning("%s: probe %d crashes LLVM at %s (position %d); measured without it", module.name, probe,
-                       passes[low - 1], low - 1)
-        sequences[probe] = passes[:low - 1] + passes[low:]
+        if passes and _crashes(engine, module, passes):
+            low, high = 1, len(passes)          # the shortest crashing prefix has length in [low, high]
+            while low < high:
+                middle = (low + high) // 2
+                if _crashes(engine, module, passes[:middle]):
+                    high = middle
+                else:
+                    low = middle + 1
+            removed.append(Degradation(probe, passes[low - 1], low - 1))
+            sequences[probe] = passes[:low - 1] + passes[low:]
+        else:
+            removed.append(Degradation(probe, "*", -1))
+            sequences[probe] = []
+        logger.warning("%s: probe %d crashes LLVM; measured without %s", module.name, probe, removed[-1].removed)
         pipelines = [sequence_pipeline(s) if s else "function(no-op-function)" for s in sequences]
         rows, errors = engine.autophase_after([module.bitcode], pipelines, names=[module.name])
         if errors[0] is None:
