@@ -230,9 +230,9 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
     return write_bytes_atomic(path, text.encode())
 
 
-def write_json_atomic(path: PathLike, data, *, indent: Optional[int] = 1, compact: bool = False) -> Path:
+def write_json_atomic(path: PathLike, data, *, indent: Optional[int] = 1) -> Path:
     """Write ``data`` as JSON (with a final newline) to ``path`` atomically."""
     with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(data, f, indent=None if compact else indent, separators=(",", ":") if compact else None)
+        json.dump(data, f, indent=indent)
         f.write("\n")
     return Path(path)

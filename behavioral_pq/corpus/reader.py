@@ -77,13 +77,10 @@ class Corpus:
         with ``table``, ``sources``, ``sha256``, ``stage``, ``error_kind`` and ``error``."""
         def failed(table: str, columns: Sequence[str], **where) -> Iterator[dict]:
             for batch in self.store.iter_batches(table, [*columns, "error_kind", "error", "status"], **where):
-                data = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-                for i, status in enumerate(data["status"]):
-                    if status != "ok":
-                        yield {"table": table, "sources": data["sources"][i] if "sources" in data else [],
-                               "sha256": data.get("sha256", [None] * (i + 1))[i],
-                               "stage": data["stage"][i] if "stage" in data else None,
-                               "error_kind": data["error_kind"][i], "error": data["error"][i]}
+                for row in batch.to_pylist():
+                    if row["status"] != "ok":
+                        yield {"table": table, "sources": row.get("sources") or [], "sha256": row.get("sha256"),
+                               "stage": row.get("stage"), "error_kind": row["error_kind"], "error": row["error"]}
 
         out = list(failed("inputs", ["sources", "stage"]))
         out += failed("labels", ["sha256"])

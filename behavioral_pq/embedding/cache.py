@@ -138,11 +138,6 @@ class SpectrumCache:
             removed += 1
         return removed
 
-    def clear(self) -> None:
-        """Remove every entry."""
-        for path in self.directory.glob("??/*.npy"):
-            path.unlink(missing_ok=True)
-
 
 def default_cache() -> Optional[SpectrumCache]:
     """The cache the verbs use, or None when it is turned off (``BPQ_NO_CACHE``)."""
