@@ -31,7 +31,7 @@ from behavioral_pq.corpus import (
 )
 from behavioral_pq.corpus.build import JobOptions, spectra_task
 from behavioral_pq.embedding.probes import random_probes
-from behavioral_pq.errors import CorpusError, PassCrashError
+from behavioral_pq.errors import CorpusError
 
 
 def tiny_programs(directory: Path, count: int) -> Path:
@@ -349,11 +349,26 @@ def test_stored_spectra_equal_direct_spectra(store):
         Corpus(path).spectra(random_probes(2, 3, seed=9))
 
 
-def test_a_crashing_pipeline_becomes_a_failure_row(examples):
-    module = examples["sum_array"]
-    rows = spectra_task([(module.sha256, module.bitcode)], ["function(sroa),licm"], JobOptions())["spectra"]
-    assert rows[0]["status"] == "failed" and rows[0]["error_kind"] == PassCrashError.__name__
-    assert "LICM requires MemorySSA" in rows[0]["error"] or "sum_array" in rows[0]["error"] or rows[0]["error"]
+def test_a_corpus_spectra_job_keeps_a_module_whose_probe_crashes(examples, monkeypatch):
+    """The corpus job takes the spectra() path: a crashing pass is left out of its probe and the row says so."""
+    from crashing_engine import CrashesOn
+
+    from behavioral_pq.core import engine as engine_module
+    from behavioral_pq.core.catalog import sequence_pipeline
+    from behavioral_pq.corpus import build
+
+    probes = bpq.load_probes()
+    element = {p.flag: p.pipeline for p in bpq.PASSES}
+    before, culprit = probes.sequences[3][9], probes.sequences[3][10]
+    pair = f"{element[before]},{element[culprit]}"
+    assert pair in sequence_pipeline(probes.sequences[3])
+    with engine_module.Engine(1) as engine:
+        monkeypatch.setattr(build, "_task_engine", lambda timeout: CrashesOn(engine, pair))
+        module = examples["sum_array"]
+        rows = spectra_task([(module.sha256, module.bitcode)], probes, JobOptions())["spectra"]
+    assert rows[0]["status"] == "ok" and rows[0]["error_kind"] == "degraded"
+    lost = json.loads(rows[0]["error"])
+    assert any(d["probe"] == 3 and d["removed"] == culprit for d in lost)
 
 
 def test_label_job_fills_in_missing_labels(sources, tmp_path):

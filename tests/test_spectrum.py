@@ -8,9 +8,9 @@ import pytest
 import behavioral_pq as bpq
 from behavioral_pq.core.catalog import sequence_pipeline
 from behavioral_pq.core.engine import Engine
-from behavioral_pq.embedding.probes import random_probes
+from behavioral_pq.embedding.probes import ProbeSet, random_probes
 from behavioral_pq.embedding.spectrum import log_relative, spectra
-from behavioral_pq.errors import PassCrashError, ProbeSetError
+from behavioral_pq.errors import ProbeSetError
 
 
 def test_log_relative_formula_and_clamp():
@@ -123,29 +123,7 @@ def test_unreadable_probe_files(tmp_path):
         bpq.load_probes(tmp_path / "x.json")
 
 
-class CrashesOn:
-    """An engine on which a pass crashes LLVM when it runs right after a given other pass (as a pass meeting an
-    LLVM bug in one context would)."""
-
-    def __init__(self, engine, pair: str):
-        self.engine, self.pair = engine, pair
-
-    def _crash(self, pipeline):
-        return self.pair in pipeline
-
-    def run_pipeline(self, bitcode, pipeline, name="module"):
-        if self._crash(pipeline):
-            raise PassCrashError(f"{name}: LLVM crashed", module=name, pipeline=pipeline)
-        return self.engine.run_pipeline(bitcode, pipeline, name=name)
-
-    def autophase_after(self, bitcodes, pipelines, names=None, progress=None):
-        crashing = [i for i, p in enumerate(pipelines) if self._crash(p)]
-        safe = [p if not self._crash(p) else "function(no-op-function)" for p in pipelines]
-        features, errors = self.engine.autophase_after(bitcodes, safe, names=names)
-        if crashing:
-            features[:] = 0
-            errors = [PassCrashError("LLVM crashed", module="m", pipeline_index=crashing[0]) for _ in bitcodes]
-        return features, errors
+from crashing_engine import CrashesOn  # noqa: E402
 
 
 def test_a_crashing_pass_is_found_by_bisection_and_left_out(engine, examples):
@@ -186,3 +164,31 @@ def test_a_crashing_probe_does_not_cost_the_module_its_spectrum(tmp_path):
         assert lost.removed == "*" or lost.removed in probes.sequences[lost.probe]
     embedded = load_encoder().embed_batch([module])
     assert embedded.ok.all() and np.isfinite(embedded.embeddings).all()
+
+
+def test_probe_trie_shares_prefixes_and_ends_at_every_probe():
+    probes = ProbeSet("t", (("-sroa", "-gvn"), ("-sroa", "-gvn", "-dce"), ("-sroa", "-dse", "-dce"), ("-adce",)))
+    trie = probes.trie()
+    assert trie.edges == (("-sroa",), ("-gvn",), ("-dce",), ("-dse", "-dce"), ("-adce",))
+    assert trie.parents == (-1, 0, 1, 0, -1) and trie.probe_nodes == (1, 2, 3, 4)
+    assert probes.pass_executions == 6 < sum(len(s) for s in probes.sequences)
+    for i, seq in enumerate(probes.sequences):   # each probe is the path from the root to its node
+        node, path = trie.probe_nodes[i], []
+        while node >= 0:
+            path[:0] = trie.edges[node]
+            node = trie.parents[node]
+        assert tuple(path) == seq
+
+
+def test_spectra_through_the_trie_equal_each_probe_run_whole(examples, engine):
+    """A set whose probes share prefixes (and where some probes are prefixes of others) measured as a tree gives
+    the rows that running every probe whole from the module gives."""
+    base = bpq.load_probes().sequences
+    sequences = [base[0][:10] + base[k][10:30] for k in range(6)] + [base[0][:10], base[1][:30], base[2]]
+    probes = ProbeSet("shared", tuple(tuple(s) for s in sequences))
+    assert probes.pass_executions < sum(len(s) for s in sequences)
+    modules = [examples[name] for name in sorted(examples)]
+    batch = spectra(modules, probes, engine=engine, cache=False)
+    whole, errors = engine.autophase_after([m.bitcode for m in modules], probes.pipelines())
+    assert batch.ok.all() and errors == [None] * len(modules)
+    np.testing.assert_array_equal(batch.autophase, whole)

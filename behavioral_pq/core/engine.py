@@ -370,7 +370,7 @@ class Engine:
 
     def autophase_tree(self, roots: Sequence[bytes], parents: Sequence[int], edges: Sequence[str], *,
                        wanted: Optional[Sequence[bool]] = None, keep: Optional[Sequence[bool]] = None,
-                       names: Optional[Sequence[str]] = None,
+                       names: Optional[Sequence[str]] = None, progress: Optional[Callable[[int], None]] = None,
                        ) -> Tuple[np.ndarray, Dict[int, bytes], List[Optional[BPQError]]]:
         """Evaluate pass sequences that share prefixes as a tree (the probe search's hot loop).
 
@@ -382,6 +382,7 @@ class Engine:
             wanted: nodes whose Autophase vector is wanted (default: all).
             keep: nodes whose bitcode is returned (default: none).
             names: one name per root, for error messages.
+            progress: called with the number of nodes each finished task evaluated.
 
         Returns:
             features: int64 (K, 56), zero where not wanted or failed.
@@ -447,6 +448,8 @@ class Engine:
                     features[n] = out[j]
             for j, bitcode in task_kept.items():
                 kept[task.nodes[j]] = bitcode
+            if progress:
+                progress(len(task.nodes))
 
         def on_failure(task: _Task, worker: _Worker, culprit: Optional[Tuple[int, int]], timed_out: bool
                        ) -> List[_Task]:

@@ -13,6 +13,7 @@ refers to them, so a kill between the two only repeats work, never loses it.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import time
@@ -26,10 +27,12 @@ import pyarrow as pa
 
 from behavioral_pq.core._native_loader import native
 from behavioral_pq.core.engine import Engine, default_workers
+from behavioral_pq.core.module import Module
 from behavioral_pq.corpus.inputs import InputItem, load_bitcode
 from behavioral_pq.corpus.labels import LABEL_PIPELINES, label_row
 from behavioral_pq.corpus.store import SCHEMAS, CorpusStore
-from behavioral_pq.embedding.probes import load_probes
+from behavioral_pq.embedding.probes import ProbeSet, load_probes
+from behavioral_pq.embedding.spectrum import spectra
 from behavioral_pq.errors import BPQError, InvalidIRError
 
 logger = logging.getLogger(__name__)
@@ -196,18 +199,23 @@ def label_task(modules: Sequence[Tuple[str, bytes]], store_path: str, options: J
     return {"labels": _label_rows(engine, [(sha, bc, sha[:12]) for sha, bc in modules])}
 
 
-def spectra_task(modules: Sequence[Tuple[str, bytes]], pipelines: Sequence[str], options: JobOptions) -> dict:
-    """Autophase after every probe for a chunk of (sha256, bitcode); rows for the spectra table."""
+def spectra_task(modules: Sequence[Tuple[str, bytes]], probe_set: ProbeSet, options: JobOptions) -> dict:
+    """Autophase after every probe for a chunk of (sha256, bitcode); rows for the spectra table.
+
+    A probe that crashes LLVM on a module is measured without the crashing pass (as :func:`spectra` does): the
+    row is ``ok`` with ``error_kind="degraded"`` and ``error`` listing what was left out as JSON."""
     engine = _task_engine(options.timeout)
-    features, errors = engine.autophase_after([bc for _, bc in modules], pipelines,
-                                              names=[sha[:12] for sha, _ in modules])
+    batch = spectra([Module(bc, name=sha[:12]) for sha, bc in modules], probe_set, engine=engine, cache=False)
     rows = []
     for i, (sha, _) in enumerate(modules):
-        if errors[i] is not None:
-            rows.append({"sha256": sha, "status": "failed", **_error_fields(errors[i]), "autophase_after": None})
-        else:
-            rows.append({"sha256": sha, "status": "ok", "error_kind": None, "error": None,
-                         "autophase_after": features[i, 1:].astype("<i4").tobytes()})
+        if batch.errors[i] is not None:
+            rows.append({"sha256": sha, "status": "failed", **_error_fields(batch.errors[i]),
+                         "autophase_after": None})
+            continue
+        degraded = [asdict(d) for d in batch.degraded[i]]
+        rows.append({"sha256": sha, "status": "ok", "error_kind": "degraded" if degraded else None,
+                     "error": json.dumps(degraded) if degraded else None,
+                     "autophase_after": batch.autophase[i, 1:].astype("<i4").tobytes()})
     return {"spectra": rows}
 
 
@@ -505,6 +513,6 @@ def compute_spectra(store: os.PathLike, probes=None, *, executor: Optional[Execu
 
     bar = _bar(todo_count, "spectra", progress)
     _run_job(executor, workers, spectra_task, _chunks(_stored_modules(corpus, have, wanted), chunk_size),
-             (probe_set.pipelines(), JobOptions(timeout=timeout)), on_result, on_lost, bar, writer)
+             (probe_set, JobOptions(timeout=timeout)), on_result, on_lost, bar, writer)
     summary.seconds = time.perf_counter() - start
     return summary

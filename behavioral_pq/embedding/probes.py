@@ -27,6 +27,59 @@ DEFAULT_PROBES = "searched-p100-l50-s0.json"  # bpq probes search on the project
 
 
 @dataclass(frozen=True)
+class ProbeTrie:
+    """The probes of a set laid out as a prefix tree, so that passes shared by several probes run once.
+
+    Node k applies the passes ``edges[k]`` to the state of node ``parents[k]`` (-1: the module as given);
+    parents come before children. A node ends where a probe ends or where probes part, so a set with no shared
+    prefix is P one-edge paths. Running a sequence in pieces gives the module that running it whole gives
+    (the engine keeps use-list order where the tree branches; tests/test_spectrum.py checks it).
+
+    Attributes:
+        parents: int per node.
+        edges: tuple of catalog flags per node.
+        probe_nodes: P node indices: where probe i ends (its spectrum row).
+    """
+
+    parents: Tuple[int, ...]
+    edges: Tuple[Tuple[str, ...], ...]
+    probe_nodes: Tuple[int, ...]
+
+    @property
+    def pass_executions(self) -> int:
+        """Passes run per module: the sum of the edge lengths."""
+        return sum(len(e) for e in self.edges)
+
+
+def _trie(sequences: Sequence[Tuple[str, ...]]) -> ProbeTrie:
+    # One node per distinct prefix first, then chains of single-child, non-probe nodes merged into one edge.
+    prefix_node = {(): -1}
+    parent, last, children, ends = [], [], {}, set()
+    for seq in sequences:
+        for depth in range(1, len(seq) + 1):
+            prefix = seq[:depth]
+            if prefix not in prefix_node:
+                prefix_node[prefix] = len(parent)
+                parent.append(prefix_node[seq[:depth - 1]])
+                last.append(seq[depth - 1])
+                children.setdefault(parent[-1], []).append(prefix_node[prefix])
+        ends.add(prefix_node[seq])
+    parents, edges, renamed = [], [], {-1: -1}
+    stack = [(child, -1) for child in reversed(children.get(-1, []))]
+    while stack:
+        node, new_parent = stack.pop()
+        run = [last[node]]
+        while node not in ends and len(children.get(node, [])) == 1:
+            node = children[node][0]
+            run.append(last[node])
+        renamed[node] = len(parents)
+        parents.append(new_parent)
+        edges.append(tuple(run))
+        stack += [(child, renamed[node]) for child in reversed(children.get(node, []))]
+    return ProbeTrie(tuple(parents), tuple(edges), tuple(renamed[prefix_node[s]] for s in sequences))
+
+
+@dataclass(frozen=True)
 class ProbeSet:
     """P pass sequences (catalog flags) plus where they came from.
 
@@ -78,13 +131,22 @@ class ProbeSet:
                                sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    def trie(self) -> ProbeTrie:
+        """The probes as a prefix tree (what :func:`~behavioral_pq.embedding.spectrum.spectra` runs)."""
+        return _trie(self.sequences)
+
+    @property
+    def pass_executions(self) -> int:
+        """Passes run to measure one module's spectrum (shared prefixes run once)."""
+        return self.trie().pass_executions
+
     def pipelines(self) -> Tuple[str, ...]:
         """One new-PM pipeline string per probe."""
         return tuple(sequence_pipeline(s) for s in self.sequences)
 
     def to_dict(self) -> dict:
         return {"format_version": FORMAT_VERSION, "name": self.name, "num_probes": self.num_probes,
-                "length": self.length, "llvm_major": self.llvm_major, "seed": self.seed, "corpus": self.corpus,
+                "length": self.length, "pass_executions": self.pass_executions, "llvm_major": self.llvm_major, "seed": self.seed, "corpus": self.corpus,
                 "provisional": self.provisional, "search": self.search,
                 "sequences": [list(s) for s in self.sequences], "hash": self.hash}
 
@@ -108,7 +170,8 @@ class ProbeSet:
             if isinstance(exc, ProbeSetError):
                 raise ProbeSetError(f"{origin}: {exc}") from None
             raise ProbeSetError(f"{origin}: malformed probe set ({type(exc).__name__}: {exc})") from None
-        for key, actual in (("num_probes", probes.num_probes), ("length", probes.length)):
+        for key, actual in (("num_probes", probes.num_probes), ("length", probes.length),
+                            ("pass_executions", probes.pass_executions)):
             if key in data and data[key] != actual:
                 raise ProbeSetError(f"{origin}: {key} says {data[key]} but the sequences give {actual}")
         if "hash" in data and data["hash"] != probes.hash:

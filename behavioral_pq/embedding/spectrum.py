@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -148,12 +148,12 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
         if progress and todo:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(todo) * probe_set.num_probes, unit="run", desc="spectra", leave=False)
+            bar = tqdm(total=len(todo) * (len(probe_set.trie().parents) + 1), unit="node", desc="spectra",
+                       leave=False)
         try:
             if todo:
-                measured, found = engine.autophase_after([loaded[i].bitcode for i in todo], probe_set.pipelines(),
-                                                         names=[loaded[i].name for i in todo],
-                                                         progress=bar.update if bar else None)
+                measured, found = _measure(engine, [loaded[i] for i in todo], probe_set,
+                                           progress=bar.update if bar else None)
                 for k, i in enumerate(todo):
                     features[i], errors[i] = measured[k], found[k]
                     if isinstance(found[k], PassCrashError) and found[k].pipeline_index is not None:
@@ -171,6 +171,34 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
     values = log_relative(features[:, :1, :], features[:, 1:, :])
     values[[e is not None for e in errors]] = np.nan
     return SpectrumBatch(values, features, tuple(errors), probe_set.hash, tuple(degraded))
+
+
+def _measure(engine: Engine, modules: Sequence[Module], probe_set: ProbeSet,
+             progress: Optional[Callable[[int], None]] = None) -> Tuple[np.ndarray, List[Optional[BPQError]]]:
+    """Autophase rows int64 (N, P + 1, 56) of ``modules`` (row 0 as given) and their errors, the probes run as a
+    prefix tree (:meth:`ProbeSet.trie`). A module with a failed node is measured again probe by probe, so that
+    its error names the probe (``PassCrashError.pipeline_index``) as the crash path expects."""
+    trie = probe_set.trie()
+    k = len(trie.parents) + 1                      # node 0 of each module: a no-op, the module as given
+    edges = ["function(no-op-function)"] + [sequence_pipeline(e) for e in trie.edges]
+    parents, all_edges, wanted = [], [], []
+    for m in range(len(modules)):
+        base = m * k
+        parents += [-m - 1] + [base + 1 + p if p >= 0 else -m - 1 for p in trie.parents]
+        all_edges += edges
+        wanted += [True] + [False] * (k - 1)
+        for node in trie.probe_nodes:
+            wanted[base + 1 + node] = True
+    values, _, node_errors = engine.autophase_tree([m.bitcode for m in modules], parents, all_edges, wanted=wanted,
+                                                   names=[m.name for m in modules], progress=progress)
+    rows = [0] + [1 + node for node in trie.probe_nodes]
+    features = values.reshape(len(modules), k, -1)[:, rows, :]
+    errors: List[Optional[BPQError]] = [None] * len(modules)
+    for m, module in enumerate(modules):
+        if any(e is not None for e in node_errors[m * k:(m + 1) * k]):
+            again, found = engine.autophase_after([module.bitcode], probe_set.pipelines(), names=[module.name])
+            features[m], errors[m] = again[0], found[0]
+    return features, errors
 
 
 def _crashes(engine: Engine, module: Module, passes: Sequence[str]) -> bool:
