@@ -11,6 +11,8 @@ examples:
   bpq probes show                              # the package's default probe set
   bpq probes show probes/searched-p100-l50-s0.json --json
   bpq probes search stores/main --out probes/run --corpus-description 'my corpus'
+  bpq probes tree stores/main --out probes/tree --branching 4,5,5 --segments 20,15,15
+  bpq probes compare stores/main --out probes/compare --probes probes/tree/tree-*.json --subsets 50,25
 
 The search clusters the store's pretraining modules (all but the labelled valid/test split) into P groups and runs
 a genetic search per cluster; it writes search-state.jsonl as it goes, so running the same command again after an
@@ -78,6 +80,89 @@ def cmd_search(args) -> int:
     return 0
 
 
+def _sizes(text: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers, got {text!r}")
+    return values
+
+
+def _universe(corpus, count: int, max_instructions: int, seed: int) -> list:
+    """The modules a tree search clusters: up to ``count`` pretraining modules (half small, half real where the
+    store has them) of at most ``max_instructions`` instructions, seeded."""
+    import numpy as np
+
+    sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
+    kinds = corpus.program_kinds()
+    pool = [s for s in corpus.pretraining() if sizes[s] <= max_instructions]
+    rng = np.random.default_rng(seed)
+    real = sorted(s for s in pool if kinds.get(s) == "real")
+    real = [real[i] for i in sorted(rng.choice(len(real), min(len(real), count // 2), replace=False))]
+    small = sorted(s for s in pool if kinds.get(s) != "real")
+    small = [small[i] for i in sorted(rng.choice(len(small), min(len(small), count - len(real)), replace=False))]
+    return sorted(real + small)
+
+
+def cmd_tree(args) -> int:
+    from pathlib import Path
+
+    from behavioral_pq.artifacts import write_json_atomic
+    from behavioral_pq.core.engine import Engine
+    from behavioral_pq.corpus import Corpus
+    from behavioral_pq.training.genetic import GAConfig
+    from behavioral_pq.training.probe_tree import TreeConfig, search_probe_tree
+
+    if len(args.branching) != len(args.segments):
+        raise ValueError(f"--branching has {len(args.branching)} levels, --segments {len(args.segments)}")
+    corpus = Corpus(args.store)
+    config = TreeConfig(branching=args.branching, segments=args.segments, inner_probes=not args.leaves_only,
+                        sample=args.sample, max_instructions=args.max_instructions, checkpoint=args.checkpoint,
+                        seed=args.seed, ga=GAConfig(length=0, population=args.population,
+                                                    generations=args.generations, seed=args.seed))
+    shas = _universe(corpus, args.modules, args.universe_max_instructions, args.seed)
+    print(f"tree {'x'.join(map(str, config.branching))}, segments {config.segments}: {config.num_probes} probes, "
+          f"{config.pass_executions} passes per spectrum; clustering {len(shas)} modules", file=sys.stderr)
+    with Engine(workers=args.workers) as engine:
+        probes, results = search_probe_tree(corpus, shas, args.out, config, engine=engine, name=args.name,
+                                            corpus_description=args.corpus_description or str(corpus.path),
+                                            progress=sys.stderr.isatty())
+    path = probes.save(Path(args.out) / f"{probes.name}.json")
+    write_json_atomic(Path(args.out) / "nodes.json", [r.to_dict() for r in results], indent=1)
+    print(f"{probes.name}: {probes.num_probes} probes of up to {probes.length} passes, {probes.pass_executions} "
+          f"passes per spectrum, hash {probes.hash[:16]}, search {probes.search['seconds'] / 60:.1f} min")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from behavioral_pq.embedding.probes import load_probes
+    from behavioral_pq.reports.probe_sets import DEFAULT_SAMPLE, compare_probe_sets, subset
+
+    baseline = load_probes(args.baseline)
+    candidates = [baseline]
+    candidates += [subset(baseline, count=n) for n in args.subsets or ()]
+    candidates += [subset(baseline, length=n) for n in args.lengths or ()]
+    candidates += [load_probes(p) for p in args.probes or ()]
+    sample = dict(DEFAULT_SAMPLE)
+    for part in args.sample.split(",") if args.sample else ():
+        split, _, count = part.partition("=")
+        sample[split.strip()] = int(count)
+    quiet = args.quiet or not sys.stderr.isatty()
+    report = compare_probe_sets(args.store, candidates, args.out, sample=sample,
+                                max_instructions=args.max_instructions, timing_per_bucket=args.timing_modules,
+                                workers=args.workers, progress=None if quiet else (lambda line: print(
+                                    line, file=sys.stderr)))
+    for c in report["candidates"]:
+        print(f"{c['name']}: P={c['num_probes']}, {c['pass_executions']} passes ({c['pass_ratio']:.2f}x fewer), "
+              f"best pass {c['best_pass_top1']['mean'] * 100:.1f}%, -Oz MAE {c['oz_mae_points']['mean']:.2f}, "
+              f"5-NN {c['knn5_top1'] * 100:.1f}%")
+    print(f"wrote {args.out}/report.md")
+    return 0
+
+
 def add_parsers(sub) -> None:
     from behavioral_pq.embedding.probes import PROVISIONAL_PROBES
     from behavioral_pq.training.probe_search import SearchConfig
@@ -121,3 +206,56 @@ def add_parsers(sub) -> None:
     p.add_argument("--corpus-description", metavar="TEXT", help="recorded in the probe set")
     p.add_argument("--workers", type=int, default=None, help="engine worker processes (default: CPUs)")
     p.set_defaults(func=cmd_search)
+
+    from behavioral_pq.training.probe_tree import TreeConfig
+
+    t = TreeConfig()
+    p = psub.add_parser("tree", help="search probes that share prefixes by construction (resumable)",
+                        description="Search a probe tree: level by level, the modules under a node are clustered "
+                        "by their Autophase after the node's path and a genetic search finds each child's segment. "
+                        "A spectrum then runs each shared prefix once. Writes search-state.jsonl as it goes "
+                        "(rerun to resume), the probe set and nodes.json to --out.",
+                        epilog=PROBES_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("store", metavar="STORE", help="corpus store (bpq corpus build)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--branching", type=_sizes, default=t.branching, metavar="B1,B2,...",
+                   help=f"children per node at each level ({','.join(map(str, t.branching))})")
+    p.add_argument("--segments", type=_sizes, default=t.segments, metavar="S1,S2,...",
+                   help=f"passes each level adds ({','.join(map(str, t.segments))})")
+    p.add_argument("--leaves-only", action="store_true", help="only the leaves are probes (default: every node)")
+    p.add_argument("--modules", type=int, default=2000, help="pretraining modules clustered, half real where the "
+                                                             "store has them (2000)")
+    p.add_argument("--universe-max-instructions", type=int, default=20_000, metavar="N",
+                   help="largest module clustered (20000)")
+    p.add_argument("--population", type=int, default=t.ga.population, help=f"GA population ({t.ga.population})")
+    p.add_argument("--generations", type=int, default=t.ga.generations, help=f"GA generations ({t.ga.generations})")
+    p.add_argument("--sample", type=int, default=t.sample, help=f"modules per node the GA judges on ({t.sample})")
+    p.add_argument("--max-instructions", type=int, default=t.max_instructions,
+                   help=f"prefer GA sample modules up to this size ({t.max_instructions})")
+    p.add_argument("--checkpoint", type=int, default=t.checkpoint,
+                   help=f"prefix-state interval of the fitness cache ({t.checkpoint})")
+    p.add_argument("--seed", type=int, default=t.seed, help=f"clustering, sampling and GA seed ({t.seed})")
+    p.add_argument("--name", help="probe-set name (default tree-bB1xB2-lS1-S2[-inner]-sSEED)")
+    p.add_argument("--corpus-description", metavar="TEXT", help="recorded in the probe set")
+    p.add_argument("--workers", type=int, default=None, help="engine worker processes (default: CPUs)")
+    p.set_defaults(func=cmd_tree)
+
+    p = psub.add_parser("compare", help="judge probe sets by cost and by the raw spectrum's downstream quality",
+                        description="Measure every candidate on one seeded sample of labelled modules (small and "
+                        "real programs apart): pass executions per spectrum, spectrum time per module by size "
+                        "bucket, and the raw-spectrum baseline's best-pass Top-1, -Oz MAE and 5-NN Top-1 "
+                        "(3 seeds). The first candidate, --baseline, is what ratios are taken against.",
+                        epilog=PROBES_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("store", metavar="STORE", help="split, labelled corpus store")
+    p.add_argument("--out", required=True, metavar="DIR", help="report folder (report.md, report.json)")
+    p.add_argument("--baseline", default=None, metavar="FILE", help="baseline probe set (default: the package's)")
+    p.add_argument("--probes", nargs="*", metavar="FILE", help="more probe sets to judge")
+    p.add_argument("--subsets", type=_sizes, metavar="P1,P2", help="also judge the baseline's first P probes")
+    p.add_argument("--lengths", type=_sizes, metavar="L1,L2", help="also judge the baseline cut to L passes")
+    p.add_argument("--sample", metavar="SPLIT=N,...", help="modules per split and kind (train=1000,valid=200,"
+                                                          "test=400)")
+    p.add_argument("--max-instructions", type=int, default=20_000, help="largest module judged (20000)")
+    p.add_argument("--timing-modules", type=int, default=6, help="modules timed per size bucket (6)")
+    p.add_argument("--workers", type=int, default=None, help="engine worker processes (default: CPUs)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_compare)

@@ -27,7 +27,7 @@ from behavioral_pq.core.catalog import PASSES, sequence_pipeline
 from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.module import Module
 from behavioral_pq.embedding.probes import ProbeSet
-from behavioral_pq.errors import BPQError
+from behavioral_pq.errors import ProbeSetError
 from behavioral_pq.training.genetic import TOTAL_INSTS, FitnessCache, GAConfig, PassSequence, genetic_search
 
 STATE_FILE = "search-state.jsonl"
@@ -179,7 +179,7 @@ def search_cluster(cluster: int, size: int, sample: Sequence[Module], holdout: S
             break
         rejected.append(sequence)
     if chosen is None:
-        raise BPQError(f"cluster {cluster}: no sequence of the final population was deterministic")
+        raise ProbeSetError(f"cluster {cluster}: no sequence of the final population was deterministic")
     return ClusterResult(cluster=cluster, size=size, sample=[m.sha256 for m in sample], holdout=list(holdout),
                          sequence=chosen[0], fitness=float(chosen[1]), history=result.history,
                          rejected=rejected, evaluations=cache.misses, passes=cache.passes_run,
@@ -207,7 +207,7 @@ def search_probes(corpus, shas: Sequence[str], out_dir: os.PathLike, config: Sea
     index = {s: i for i, s in enumerate(table.column("sha256").to_pylist())}
     missing = [s for s in shas if s not in index]
     if missing:
-        raise BPQError(f"{len(missing)} module hashes are not in {corpus.path} (first: {missing[0]})")
+        raise ProbeSetError(f"{len(missing)} module hashes are not in {corpus.path} (first: {missing[0]})")
     shas = sorted(set(shas))
     rows = [index[s] for s in shas]
     autophase = np.array(table.column("autophase").to_pylist(), dtype=np.int64)[rows]
@@ -223,7 +223,7 @@ def search_probes(corpus, shas: Sequence[str], out_dir: os.PathLike, config: Sea
         first = json.loads(lines[0]) if lines else {}
         if {k: first.get(k) for k in ("config_hash", "modules_hash")} != \
                 {k: header[k] for k in ("config_hash", "modules_hash")}:
-            raise BPQError(f"{state_path} belongs to another search (configuration or modules differ); "
+            raise ProbeSetError(f"{state_path} belongs to another search (configuration or modules differ); "
                            f"remove it or choose another output directory")
         corpus_description = corpus_description or first.get("corpus", "")
         for line in lines[1:]:
