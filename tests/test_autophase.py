@@ -5,7 +5,7 @@ Each expectation lists the non-zero features; every other feature must be 0.
 
 import numpy as np
 import pytest
-from conftest import DATA, EXAMPLES
+from conftest import DATA
 
 import behavioral_pq as bpq
 from behavioral_pq.core.features import INSTCOUNT_FEATURES

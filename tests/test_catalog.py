@@ -4,7 +4,6 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES
 
 import behavioral_pq as bpq
 from behavioral_pq.core.catalog import get_pass, resolve_pipeline

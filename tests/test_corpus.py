@@ -2,7 +2,6 @@
 concurrent writers, splits by group, Dask LocalCluster equals local, compile_commands, Csmith, stored spectra."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 from conftest import DATA, EXAMPLES
 
 import behavioral_pq as bpq
-from behavioral_pq.core.catalog import PASSES, get_pass
+from behavioral_pq.core.catalog import get_pass
 from behavioral_pq.core.toolchain import find_tool
 from behavioral_pq.corpus import (
     Corpus,

@@ -14,7 +14,7 @@ from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import llc_assembly
 from behavioral_pq.errors import LLMError, LLMResponseError, LLMTimeoutError, LoweringError, MalformedAnswer, TaskError
 from behavioral_pq.lowering import load_tasks, lower, split_tasks
-from behavioral_pq.lowering.backends import LlcBackend, LLMBackend
+from behavioral_pq.lowering.backends import LLMBackend
 from behavioral_pq.lowering.harness import (
     ProgramHarness,
     SymbolHarness,

@@ -21,7 +21,7 @@ from behavioral_pq.errors import CorpusError, LLMError, LLMResponseError, LLMTim
 from behavioral_pq.lowering.backends import LLMBackend, lower
 from behavioral_pq.lowering.harness import TaskHarness, static_cost
 from behavioral_pq.lowering.llm import ChatClient, LLMSettings, user
-from behavioral_pq.lowering.sandbox import Sandbox, scrub, screen_assembly
+from behavioral_pq.lowering.sandbox import Sandbox, screen_assembly, scrub
 from behavioral_pq.lowering.scripted import Reply, ScriptedServer
 from behavioral_pq.lowering.tasks import load_tasks
 

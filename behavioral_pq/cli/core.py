@@ -65,9 +65,12 @@ def cmd_spectrum(args) -> int:
     check_output(args.plot)
     probes = load_probes(args.probes)
     module = load_program(args)
-    batch = spectra([module], probes, progress=sys.stderr.isatty())
+    batch = spectra([module], probes, progress=sys.stderr.isatty(), sample_above=args.sample_above)
     batch.raise_first()
     values = batch.spectra[0]
+    if batch.sampled[0] is not None:
+        print(f"bpq: note: measured on a function sample holding {batch.sampled[0]:.0%} of the module's "
+              "instructions (large-module mode)", file=sys.stderr)
     if args.output:
         np.save(args.output, values)
     if args.plot:
@@ -206,6 +209,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the spectrum as JSON")
     p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (P, 56) with numpy")
     p.add_argument("--plot", metavar="PNG", help="save a heatmap of probes x features")
+    p.add_argument("--sample-above", type=int, metavar="N", help="large-module mode: measure a module of more than "
+                   "N IR instructions on a deterministic sample of its functions (default: always whole)")
     p.set_defaults(func=cmd_spectrum)
 
     p = sub.add_parser("optimize", help="apply passes to a module", epilog=PASSES_EPILOG + PROGRAM_EPILOG,

@@ -40,7 +40,7 @@ def cmd_embed(args) -> int:
     check_output(args.output)
     encoder = load_encoder(args.checkpoint, pooling=args.pooling)
     batch = encoder.embed_batch(args.files, workers=args.workers, progress=len(args.files) > 1 and not args.quiet,
-                                flags=program_flags(args))
+                                flags=program_flags(args), sample_above=None if args.exact else args.sample_above)
     vectors, errors = batch.embeddings, batch.errors
     for file, error in zip(args.files, errors):
         if error is not None:
@@ -49,6 +49,10 @@ def cmd_embed(args) -> int:
         if lost:
             print(f"bpq: warning: {file}: measured without {len(lost)} pass(es) that crash LLVM on it: "
                   + ", ".join(f"probe {d.probe} {d.removed}" for d in lost), file=sys.stderr)
+    for file, share in zip(args.files, batch.sampled):
+        if share is not None and not args.quiet:
+            print(f"bpq: note: {file}: large module, spectrum measured on a function sample holding {share:.0%} of "
+                  "its instructions (--exact measures it whole)", file=sys.stderr)
     if args.output:
         np.save(args.output, vectors)
     if args.json:
@@ -83,12 +87,18 @@ def cmd_pretrain(args) -> int:
 
 
 def add_parsers(sub) -> None:
+    from behavioral_pq.embedding.sampling import LARGE_MODULE_INSTRUCTIONS as SAMPLE_ABOVE
+
     p = sub.add_parser("embed", help="embeddings of modules (the shipped encoder by default)", epilog=EMBED_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_program_arguments(p, several_modules=True)
     p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint folder (default: the shipped one)")
     p.add_argument("--pooling", choices=("mean", "cls"), help="mean of probe states (default) or [CLS]")
     p.add_argument("--workers", type=int, metavar="N", help="engine worker processes for the spectra")
+    p.add_argument("--exact", action="store_true", help="measure every module whole, however large (default: "
+                   "modules above --sample-above instructions are measured on a sample of their functions)")
+    p.add_argument("--sample-above", type=int, default=SAMPLE_ABOVE, metavar="N",
+                   help=f"large-module threshold in IR instructions ({SAMPLE_ABOVE})")
     p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (N, D) with numpy")
     p.add_argument("--json", action="store_true", help="print the embeddings as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -24,12 +24,16 @@ import numpy as np
 from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.module import load_module
 from behavioral_pq.embedding.checkpoint import load_checkpoint
+from behavioral_pq.embedding.sampling import LARGE_MODULE_INSTRUCTIONS
 from behavioral_pq.embedding.spectrum import as_reaction, spectra
 from behavioral_pq.errors import BPQError
 
 logger = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls")
+#: Large-module mode is on by default: above this many IR instructions a module's spectrum is measured on a
+#: function sample (behavioral_pq.embedding.sampling); pass ``sample_above=None`` for the exact spectrum.
+SAMPLE_ABOVE = LARGE_MODULE_INSTRUCTIONS
 
 
 def shipped(name: str) -> Path:
@@ -55,11 +59,14 @@ class EmbeddingBatch:
         errors: one entry per module: None, or the exception that kept it from being embedded.
         degraded: one entry per module: the probes measured without a pass that crashed LLVM on it
             (:class:`~behavioral_pq.embedding.spectrum.Degradation`; empty when nothing was left out).
+        sampled: one entry per module: None when measured whole, else the share of its instructions in the
+            function sample its spectrum was measured on (large-module mode).
     """
 
     embeddings: np.ndarray
     errors: Tuple[Optional[BaseException], ...]
     degraded: Tuple[tuple, ...] = ()
+    sampled: Tuple[Optional[float], ...] = ()
 
     @property
     def ok(self) -> np.ndarray:
@@ -144,30 +151,33 @@ class Encoder:
 
     # -- from modules --------------------------------------------------------------------------------------------
 
-    def embed(self, module, *, progress: bool = False) -> np.ndarray:
+    def embed(self, module, *, progress: bool = False, sample_above: Optional[int] = SAMPLE_ABOVE) -> np.ndarray:
         """Embedding of one module (a Module, or a path / bytes that ``load_module`` takes): float32 (D,).
-        ``progress`` shows the probes' progress on stderr.
+        ``progress`` shows the probes' progress on stderr. A module of more than ``sample_above`` IR
+        instructions is measured on a sample of its functions (large-module mode); None measures it whole.
 
         Raises:
             InvalidIRError, CompileError, PassCrashError, PassTimeoutError: the module could not be measured.
         """
-        batch = spectra([module], self.probe_set, progress=progress)
+        batch = spectra([module], self.probe_set, progress=progress, sample_above=sample_above)
         batch.raise_first()
         return self.embed_spectra(batch.spectra, batch.autophase[:, 0])[0]
 
-    def embed_many(self, modules: Sequence, *, workers: Optional[int] = None, progress: bool = False) -> np.ndarray:
+    def embed_many(self, modules: Sequence, *, workers: Optional[int] = None, progress: bool = False,
+                   sample_above: Optional[int] = SAMPLE_ABOVE) -> np.ndarray:
         """Embeddings of many modules: float32 (N, D), row i for modules[i]; a row of NaN for a module that could
         not be loaded or measured (see :meth:`embed_batch` for the errors)."""
-        return self.embed_batch(modules, workers=workers, progress=progress).embeddings
+        return self.embed_batch(modules, workers=workers, progress=progress, sample_above=sample_above).embeddings
 
     def embed_batch(self, modules: Sequence, *, workers: Optional[int] = None, progress: bool = False,
-                    flags: Sequence[str] = ()) -> EmbeddingBatch:
+                    flags: Sequence[str] = (), sample_above: Optional[int] = SAMPLE_ABOVE) -> EmbeddingBatch:
         """Embeddings of many modules with what went wrong: a module that cannot be loaded or measured gets a row
         of NaN, its error in ``errors`` and a logged warning; the others complete.
 
         Args:
             workers: engine worker processes for the spectra (None: the default engine).
             flags: clang flags for modules given as C/C++ files (``-I``, ``-D``).
+            sample_above: large-module mode threshold (see :meth:`embed`).
         """
         problems: List[Optional[BaseException]] = [None] * len(modules)
         engine = Engine(workers) if workers is not None else default_engine()
@@ -178,7 +188,8 @@ class Encoder:
                     loaded.append((i, load_module(m, engine=engine, flags=flags)))
                 except (BPQError, OSError) as exc:
                     problems[i] = exc
-            batch = spectra([m for _, m in loaded], self.probe_set, engine=engine, progress=progress)
+            batch = spectra([m for _, m in loaded], self.probe_set, engine=engine, progress=progress,
+                            sample_above=sample_above)
         finally:
             if workers is not None:
                 engine.close()
@@ -194,9 +205,11 @@ class Encoder:
             if problem is not None:
                 logger.warning("embed_many: module %d failed: %s", i, problem)
         degraded: List[tuple] = [()] * len(modules)
+        sampled: List[Optional[float]] = [None] * len(modules)
         for k, (i, _) in enumerate(loaded):
             degraded[i] = batch.degraded[k] if batch.degraded else ()
-        return EmbeddingBatch(out, tuple(problems), tuple(degraded))
+            sampled[i] = batch.sampled[k] if batch.sampled else None
+        return EmbeddingBatch(out, tuple(problems), tuple(degraded), tuple(sampled))
 
 
 _default: Optional[Encoder] = None
@@ -216,12 +229,14 @@ def load_encoder(path: Union[str, os.PathLike, None] = None, *, pooling: Optiona
     return Encoder(load_checkpoint(default_checkpoint() if path is None else path), pooling=pooling)
 
 
-def embed(module, *, encoder: Optional[Encoder] = None) -> np.ndarray:
-    """Embedding of one module with ``encoder`` (default: the shipped one): float32 (D,)."""
-    return (encoder or load_encoder()).embed(module)
+def embed(module, *, encoder: Optional[Encoder] = None, sample_above: Optional[int] = SAMPLE_ABOVE) -> np.ndarray:
+    """Embedding of one module with ``encoder`` (default: the shipped one): float32 (D,). Modules above
+    ``sample_above`` instructions are measured on a function sample; None: always whole."""
+    return (encoder or load_encoder()).embed(module, sample_above=sample_above)
 
 
 def embed_many(modules: Sequence, *, encoder: Optional[Encoder] = None, workers: Optional[int] = None,
-               progress: bool = False) -> np.ndarray:
+               progress: bool = False, sample_above: Optional[int] = SAMPLE_ABOVE) -> np.ndarray:
     """Embeddings of many modules: float32 (N, D); NaN rows for modules that failed (see Encoder.embed_many)."""
-    return (encoder or load_encoder()).embed_many(modules, workers=workers, progress=progress)
+    return (encoder or load_encoder()).embed_many(modules, workers=workers, progress=progress,
+                                                  sample_above=sample_above)

@@ -13,6 +13,7 @@ from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.module import Module, ModuleLike, load_module
 from behavioral_pq.embedding.cache import SpectrumCache, default_cache
 from behavioral_pq.embedding.probes import ProbeSet, load_probes
+from behavioral_pq.embedding.sampling import SAMPLE_BUDGET, sample_functions
 from behavioral_pq.errors import BPQError, PassCrashError
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ class SpectrumBatch:
         probe_set_hash: hash of the probe set measured with.
         degraded: N tuples of :class:`Degradation`: the probes measured without a pass that crashed LLVM on
             that module (empty for a module measured as the probe set says).
+        sampled: N entries: None for a module measured whole, else the share of its instructions in the
+            function sample it was measured on (large-module mode; its ``autophase`` rows are then the sample's
+            divided by that share: estimates of the module's totals, from which its spectrum is computed).
     """
 
     spectra: np.ndarray
@@ -97,6 +101,7 @@ class SpectrumBatch:
     errors: Tuple[Optional[BPQError], ...]
     probe_set_hash: str
     degraded: Tuple[Tuple[Degradation, ...], ...] = ()
+    sampled: Tuple[Optional[float], ...] = ()
 
     @property
     def ok(self) -> np.ndarray:
@@ -112,7 +117,7 @@ class SpectrumBatch:
 
 def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine: Optional[Engine] = None,
             workers: Optional[int] = None, progress: bool = False,
-            cache: Union[bool, SpectrumCache] = True) -> SpectrumBatch:
+            cache: Union[bool, SpectrumCache] = True, sample_above: Optional[int] = None) -> SpectrumBatch:
     """Spectra of many modules; a module that fails is reported in ``errors`` and the rest complete.
 
     Args:
@@ -123,6 +128,10 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
         cache: True: the on-disk spectrum cache (:mod:`behavioral_pq.embedding.cache`; off when
             ``BPQ_NO_CACHE`` is set), False: measure everything, or a :class:`SpectrumCache`. Only modules
             measured without error or degradation are cached.
+        sample_above: large-module mode: a module of more IR instructions is measured on a deterministic
+            sample of its functions (:mod:`behavioral_pq.embedding.sampling`; ``sampled`` says which) of at
+            most ``min(SAMPLE_BUDGET, sample_above // 2)`` instructions. None (the default) measures every
+            module whole.
 
     A probe that crashes LLVM on a module does not cost the module its spectrum: the pass responsible is found
     by bisecting the probe's prefixes, the probe is measured without it, and ``degraded`` says so (at most
@@ -134,6 +143,17 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
     engine = engine or (Engine(workers) if own_engine else default_engine())
     try:
         loaded = [load_module(m, engine=engine) for m in modules]
+        sampled: List[Optional[float]] = [None] * len(loaded)
+        if sample_above is not None:
+            for i, module in enumerate(loaded):
+                if module.instruction_count > sample_above:
+                    try:
+                        sample = sample_functions(module, budget=min(SAMPLE_BUDGET, max(1, sample_above // 2)))
+                    except BPQError as exc:   # llvm-extract failed: measure the module whole
+                        logger.warning("%s: no function sample (%s); measuring it whole", module.name, exc)
+                        continue
+                    if sample.functions < sample.total_functions:
+                        loaded[i], sampled[i] = sample.module, sample.fraction
         features = np.zeros((len(loaded), probe_set.num_probes + 1, 56), np.int64)
         errors: List[Optional[BPQError]] = [None] * len(loaded)
         degraded: List[Tuple[Degradation, ...]] = [()] * len(loaded)
@@ -168,9 +188,12 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
     finally:
         if own_engine:
             engine.close()
+    for i, share in enumerate(sampled):
+        if share is not None:  # module totals estimated from the sample: log1p makes reactions depend on scale
+            features[i] = np.rint(features[i] / share).astype(np.int64)
     values = log_relative(features[:, :1, :], features[:, 1:, :])
     values[[e is not None for e in errors]] = np.nan
-    return SpectrumBatch(values, features, tuple(errors), probe_set.hash, tuple(degraded))
+    return SpectrumBatch(values, features, tuple(errors), probe_set.hash, tuple(degraded), tuple(sampled))
 
 
 def _measure(engine: Engine, modules: Sequence[Module], probe_set: ProbeSet,
@@ -247,8 +270,8 @@ def _without_crashing_passes(engine: Engine, module: Module, probe_set: ProbeSet
 
 
 def spectrum(module: ModuleLike, probes: ProbesLike = None, *, engine: Optional[Engine] = None,
-             cache: Union[bool, SpectrumCache] = True) -> np.ndarray:
+             cache: Union[bool, SpectrumCache] = True, sample_above: Optional[int] = None) -> np.ndarray:
     """Spectrum of one module: float32 (P, 56), ``log_relative(autophase(module), autophase after probe i)``."""
-    batch = spectra([module], probes, engine=engine, cache=cache)
+    batch = spectra([module], probes, engine=engine, cache=cache, sample_above=sample_above)
     batch.raise_first()
     return batch.spectra[0]

@@ -35,8 +35,14 @@ from behavioral_pq.core.module import Module
 from behavioral_pq.embedding.probes import ProbeSet
 from behavioral_pq.errors import ProbeSetError
 from behavioral_pq.training.genetic import FitnessCache, GAConfig, genetic_search
-from behavioral_pq.training.probe_search import (STATE_FILE, SearchConfig, choose_samples, cluster_autophase,
-                                                 is_deterministic, load_bitcode)
+from behavioral_pq.training.probe_search import (
+    STATE_FILE,
+    SearchConfig,
+    choose_samples,
+    cluster_autophase,
+    is_deterministic,
+    load_bitcode,
+)
 
 
 @dataclass(frozen=True)
