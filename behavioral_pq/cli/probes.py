@@ -28,8 +28,9 @@ def cmd_show(args) -> int:
         print(json.dumps(probes.to_dict(), indent=1))
         return 0
     origin = args.file or f"package default ({DEFAULT_PROBES})"
-    print(f"{probes.name}: P={probes.num_probes}, L={probes.length}, LLVM {probes.llvm_major}, seed {probes.seed}, "
-          f"hash {probes.hash[:16]}{', provisional' if probes.provisional else ''}")
+    print(f"{probes.name}: P={probes.num_probes}, L={probes.length}, {probes.pass_executions} passes per spectrum, "
+          f"LLVM {probes.llvm_major}, seed {probes.seed}, hash {probes.hash[:16]}"
+          f"{', provisional' if probes.provisional else ''}")
     print(f"from: {origin}")
     if probes.corpus:
         print(f"corpus: {probes.corpus}")
