@@ -60,6 +60,25 @@ def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: b
                         help="measure spectra again instead of reading the spectrum cache (also: BPQ_NO_CACHE=1)")
 
 
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--target`` and ``--cpu``: where the passes (and llc) compile for (see behavioral_pq.core.target)."""
+    parser.add_argument("--target", default="host", metavar="TRIPLE",
+                        help="target mode for this triple: 'host' (default: this machine, its CPU and features, as "
+                             "clang -march=native), a triple such as x86_64-pc-linux-gnu, or 'measure' for measure "
+                             "mode (no target machine, as labels and spectra are made)")
+    parser.add_argument("--cpu", metavar="NAME", help="CPU to compile for (default: the host's with --target host, "
+                                                       "else generic), e.g. x86-64-v3, znver4, skylake")
+
+
+def cli_target(args):
+    """The Target ``--target``/``--cpu`` name, or None for measure mode."""
+    from behavioral_pq.core.target import resolve_target
+
+    if args.target == "measure" and args.cpu:
+        raise ValueError("--cpu has no meaning with --target measure")
+    return resolve_target(args.target, args.cpu)
+
+
 def program_flags(args) -> List[str]:
     """The clang flags of ``-I``, ``-D`` and ``--cflags``."""
     flags = [f"-I{d}" for d in args.include] + [f"-D{d}" for d in args.define]

@@ -12,7 +12,9 @@ from behavioral_pq.cli.common import (
     PASSES_EPILOG,
     PROGRAM_EPILOG,
     add_program_arguments,
+    add_target_arguments,
     check_output,
+    cli_target,
     load_program,
     parse_passes,
     print_json,
@@ -108,26 +110,31 @@ def cmd_optimize(args) -> int:
     check_output(args.output)
     module = load_program(args)
     found = None
+    target = cli_target(args)
     if args.auto:
         auto = run_auto(args, module)
         found, result = auto["recommendation"], auto["result"]
         pipeline = found.pipeline
+        if target is not None:  # chosen in measure mode (instruction counts); the code is made for the target
+            result = optimize(module, pipeline, target=target)
     else:
         pipeline = parse_passes(args.passes)
-        result = optimize(module, pipeline)
+        result = optimize(module, pipeline, target=target)
     result.verify()
     if args.output:
         result.save(args.output)
     before, after = module.instruction_count, result.instruction_count
     if args.json:
         record = {"module": module.name, "pipeline": pipeline, "instructions_before": before,
-                  "instructions_after": after, "output": str(args.output) if args.output else None}
+                  "instructions_after": after, "output": str(args.output) if args.output else None,
+                  "mode": "target" if target else "measure", "target": target.to_dict() if target else None}
         if found is not None:
             record.update(found.as_dict())
         print_json(record)
         return 0
     change = 100.0 * (after - before) / before if before else 0.0
-    print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%)")
+    where = f"target mode, {target.cpu}" if target else "measure mode"
+    print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%; {where})")
     if found is not None:
         print(f"  -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
               f"(IC_Oz / IC = {found.improvement:.3f}), found by {found.method} in {found.compilations} of "
@@ -227,6 +234,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--learn", action="store_true",
                    help="with --auto: keep what the search found in the library (saved back to --library)")
     p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
+    add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_optimize)

@@ -38,7 +38,7 @@ def _handle(native, request, progress):
     if op == "prepare":
         return native.prepare(request[1], request[2])
     if op == "run":
-        return native.run_pipeline(request[1], request[2], progress)
+        return native.run_pipeline(request[1], request[2], progress, *request[3:])
     if op == "after":
         _, bitcodes, pipelines, threads = request
         return native.autophase_after(bitcodes, pipelines, threads, progress)

@@ -287,12 +287,17 @@ class Engine:
             return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
         return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)
 
-    def run_pipeline(self, bitcode: bytes, pipeline: str, name: str = "module") -> bytes:
-        """Apply a new-PM pipeline to a fresh copy of ``bitcode``; return the result as bitcode."""
+    def run_pipeline(self, bitcode: bytes, pipeline: str, name: str = "module", target=None) -> bytes:
+        """Apply a new-PM pipeline to a fresh copy of ``bitcode``; return the result as bitcode.
+
+        ``target``: None for measure mode (no TargetMachine), or a :class:`~behavioral_pq.core.target.Target`
+        for target mode (see :mod:`behavioral_pq.core.target`)."""
         check_pipeline(pipeline)
+        spec = (target.triple, target.cpu, target.features) if target is not None else ("", "", "")
         if self.workers == 0:
-            return self._in_process(lambda: native.run_pipeline(bitcode, pipeline), InvalidIRError)
-        return self._single(("run", bytes(bitcode), pipeline), name, pipeline=pipeline, invalid=InvalidIRError)
+            return self._in_process(lambda: native.run_pipeline(bitcode, pipeline, None, *spec), InvalidIRError)
+        return self._single(("run", bytes(bitcode), pipeline, *spec), name, pipeline=pipeline,
+                            invalid=InvalidIRError)
 
     # -- batches -------------------------------------------------------------------------------------------
     def autophase_after(self, bitcodes: Sequence[bytes], pipelines: Sequence[str], *,

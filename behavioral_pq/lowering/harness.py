@@ -263,7 +263,7 @@ class TaskHarness(Harness):
         driver = self.workdir / "driver.c"
         driver.write_text(task.driver_source())
         self.driver = self._compile_c(driver, ["-O1", "-std=gnu11"])
-        self._baseline: Optional[Timing] = None
+        self._baselines: Dict[str, Timing] = {}
 
     @property
     def expected(self) -> str:
@@ -301,12 +301,13 @@ class TaskHarness(Harness):
             raise ToolError(f"{self.task.name}: cannot time assembly that fails to build: {exc.message}") from None
         return self._time(binary, runs)
 
-    def baseline_timing(self, runs: int = 5) -> Timing:
-        """Runtime of the C source built by ``clang-19 -O3`` with the same driver (cached)."""
-        if self._baseline is None or len(self._baseline.samples) != runs:
-            binary = self._link([self.driver, self._compile_c(self.task.source, ["-O3"])])
-            self._baseline = self._time(binary, runs)
-        return self._baseline
+    def baseline_timing(self, runs: int = 5, level: str = "O3") -> Timing:
+        """Runtime of the C source built by ``clang-19 -<level>`` with the same driver (cached per level)."""
+        found = self._baselines.get(level)
+        if found is None or len(found.samples) != runs:
+            binary = self._link([self.driver, self._compile_c(self.task.source, [f"-{level}"])])
+            found = self._baselines[level] = self._time(binary, runs)
+        return found
 
     def baseline_assembly(self) -> str:
         """``clang-19 -O3 -S`` of the task's C source: what llvm-mca costs the baseline on."""

@@ -117,8 +117,8 @@ class Task:
 
     def module(self, pipeline=None):
         """The task's IR as the package builds it (clang-19, no LLVM passes), optimized by ``pipeline`` if given:
-        anything :func:`behavioral_pq.optimize` takes, or ``"opt:O3"`` (any level) for ``opt-19`` with the
-        target machine."""
+        anything :func:`behavioral_pq.optimize` takes (measure mode), ``"target:O3"`` (any of those) for the
+        engine's target mode on the host, or ``"opt:O3"`` (any level) for ``opt-19`` with the target machine."""
 
         module = load_module(self.source)
         if pipeline is None:
@@ -127,6 +127,8 @@ class Task:
 
             return Module(opt_bitcode(module.bitcode, pipeline[4:]), name=module.name, source=module.source)
 
+        if isinstance(pipeline, str) and pipeline.startswith("target:"):
+            return optimize(module, pipeline[len("target:"):], target="host")
         return optimize(module, pipeline)
 
     def driver_source(self) -> str:

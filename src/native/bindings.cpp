@@ -81,15 +81,23 @@ PYBIND11_MODULE(_native, m) {
     return checkPipeline(pipeline);
   }, "Empty string if the new-PM pipeline parses, else the parser's message.");
 
-  m.def("run_pipeline", [](const py::bytes &bitcode, const std::string &pipeline, const py::object &progress) {
+  m.def("run_pipeline", [](const py::bytes &bitcode, const std::string &pipeline, const py::object &progress,
+                           const std::string &triple, const std::string &cpu, const std::string &features) {
     std::string in = bytesOf(bitcode), out;
     Progress p = progressOf(progress);
     {
       py::gil_scoped_release release;
-      out = runPipeline(in, pipeline, p);
+      out = runPipeline(in, pipeline, p, TargetSpec{triple, cpu, features});
     }
     return py::bytes(out);
-  }, py::arg("bitcode"), py::arg("pipeline"), py::arg("progress") = py::none());
+  }, py::arg("bitcode"), py::arg("pipeline"), py::arg("progress") = py::none(), py::arg("triple") = "",
+     py::arg("cpu") = "", py::arg("features") = "",
+     "Apply a pipeline; an empty triple is measure mode (no TargetMachine), else target mode for triple/cpu.");
+
+  m.def("host_target", [] {
+    TargetSpec host = hostTarget();
+    return py::make_tuple(host.triple, host.cpu, host.features);
+  }, "(triple, cpu, features) of this machine, as clang -march=native sees it.");
 
   m.def("autophase_after", [](const std::vector<py::bytes> &bitcodes, const std::vector<std::string> &pipelines,
                               int threads, const py::object &progress) {

@@ -18,8 +18,14 @@
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
 
 using namespace llvm;
 
@@ -109,8 +115,8 @@ namespace {
 
 class Runner {
  public:
-  Runner() : builder_(/*TM=*/nullptr) {
-    // Generic TTI; TargetLibraryInfo comes from each module's triple.
+  // With no TargetMachine: generic TTI (measure mode); TargetLibraryInfo comes from each module's triple.
+  explicit Runner(TargetMachine *tm = nullptr) : builder_(tm) {
     builder_.registerModuleAnalyses(mam_);
     builder_.registerCGSCCAnalyses(cgam_);
     builder_.registerFunctionAnalyses(fam_);
@@ -204,7 +210,66 @@ std::string checkPipeline(const std::string &pipeline) {
   return "";
 }
 
-std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress) {
+TargetSpec hostTarget() {
+  TargetSpec host;
+  host.triple = sys::getDefaultTargetTriple();
+  host.cpu = sys::getHostCPUName().str();
+  SubtargetFeatures features;
+  for (const auto &feature : sys::getHostCPUFeatures()) features.AddFeature(feature.first(), feature.second);
+  host.features = features.getString();
+  return host;
+}
+
+namespace {
+
+std::unique_ptr<TargetMachine> targetMachine(const TargetSpec &spec) {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
+    InitializeAllTargetInfos();
+    InitializeAllTargets();
+    InitializeAllTargetMCs();
+  });
+  std::string error;
+  const Target *target = TargetRegistry::lookupTarget(spec.triple, error);
+  if (!target) throw InputError("unknown target '" + spec.triple + "': " + error);
+  std::unique_ptr<TargetMachine> tm(target->createTargetMachine(
+      spec.triple, spec.cpu.empty() ? "generic" : spec.cpu, spec.features, TargetOptions(), Reloc::PIC_, std::nullopt, CodeGenOptLevel::Aggressive));
+  if (!tm) throw InputError("cannot make a target machine for '" + spec.triple + "' (cpu '" + spec.cpu + "')");
+  return tm;
+}
+
+// Target mode: the module is for `tm`, and every definition is compiled for its CPU (clang -march=CPU). An
+// empty CPU keeps each function's own target attributes (what clang wrote: -march as it was compiled).
+void retarget(Module &M, const TargetMachine &tm, const TargetSpec &spec) {
+  M.setTargetTriple(spec.triple);
+  M.setDataLayout(tm.createDataLayout());
+  if (spec.cpu.empty()) return;
+  for (Function &F : M) {
+    if (F.isDeclaration()) continue;
+    F.addFnAttr("target-cpu", spec.cpu);
+    F.addFnAttr("tune-cpu", spec.cpu);
+    if (spec.features.empty())
+      F.removeFnAttr("target-features");
+    else
+      F.addFnAttr("target-features", spec.features);
+  }
+}
+
+}  // namespace
+
+std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress,
+                        const TargetSpec &target) {
+  if (!target.triple.empty()) {
+    std::unique_ptr<TargetMachine> tm = targetMachine(target);
+    Runner runner(tm.get());
+    std::unique_ptr<ModulePassManager> mpm = runner.pipeline(pipeline);
+    Runner::Copy copy = runner.parse(bitcode);
+    retarget(*copy.module, *tm, target);
+    progress.begin(0, 0, 0);
+    runner.run(*copy.module, *mpm);
+    progress.end(0);
+    return writeBitcode(*copy.module);
+  }
   Lease lease;
   std::unique_ptr<ModulePassManager> mpm = lease->pipeline(pipeline);
   Runner::Copy copy = lease->parse(bitcode);

@@ -1,4 +1,5 @@
-// Module preparation and pass execution against LLVM 19, with no TargetMachine.
+// Module preparation and pass execution against LLVM 19 (measure mode: no TargetMachine; target mode: see
+// TargetSpec).
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,23 @@ struct Progress {
   void end(int thread) const;
 };
 
+// Where passes run. An empty `triple` is *measure* mode: no TargetMachine, generic TTI, results independent of
+// the host (spectra, labels, Autophase). Otherwise *target* mode: a TargetMachine for `triple` and `cpu`
+// (`features` added to the CPU's own), so TTI-driven passes (vectorizers, unrolling, inlining costs) see that
+// target, and every function definition gets the matching "target-cpu"/"target-features"/"tune-cpu"
+// attributes, as clang -march=CPU would have written them (the code generator reads those). An empty `cpu`
+// keeps the attributes the module has (the CPU it was compiled for; TTI reads them per function).
+struct TargetSpec {
+  std::string triple;
+  std::string cpu;
+  std::string features;
+};
+// The host: its triple, CPU name and CPU features ("+avx2,+fma,..."), as clang -march=native sees them.
+TargetSpec hostTarget();
+
 // Applies `pipeline` to a fresh module parsed from `bitcode`; returns the result as bitcode.
-std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress);
+std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress,
+                        const TargetSpec &target = TargetSpec());
 
 // For N modules and P pipelines: the Autophase vector of every module as given (row 0) and after each
 // pipeline applied to a fresh copy re-parsed from bitcode (rows 1..P). Work items (module, row) are spread

@@ -1,0 +1,62 @@
+"""Where passes run: *measure* mode or *target* mode.
+
+- **measure** (``target=None``): no TargetMachine, generic TTI. Results do not depend on the machine, which is
+  what spectra, labels, Autophase and the probe search need. Every measurement in the package runs this way.
+- **target** (a :class:`Target`): a TargetMachine for a triple and CPU, so TTI-driven passes (the loop and SLP
+  vectorizers, unrolling, inlining costs) see real registers and costs, and every function definition is
+  compiled for that CPU (``"target-cpu"``/``"target-features"`` attributes, as ``clang -march=CPU`` writes
+  them; ``llc`` reads them). This is for code a user will run: ``bpq optimize``, ``lower`` and ``compile``
+  use the host unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional, Union
+
+from behavioral_pq.core._native_loader import native
+
+
+@dataclass(frozen=True)
+class Target:
+    """A code-generation target.
+
+    Attributes:
+        triple: e.g. ``"x86_64-pc-linux-gnu"``.
+        cpu: an LLVM CPU name (``"znver4"``, ``"skylake"``, ``"x86-64-v3"``, ``"generic"``), or ``""`` to keep
+            the CPU each function was compiled for (its ``"target-cpu"`` attribute: what clang -O3 of the same
+            source would target).
+        features: extra ``+feature,-feature`` list on top of the CPU's own ("" for none).
+    """
+
+    triple: str
+    cpu: str = "generic"
+    features: str = ""
+
+    @classmethod
+    def host(cls) -> "Target":
+        """This machine, as ``clang -march=native`` sees it."""
+        triple, cpu, features = native.host_target()
+        return cls(triple, cpu, features)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+TargetLike = Union[None, str, Target]
+
+
+def resolve_target(target: TargetLike = "host", cpu: Optional[str] = None) -> Optional[Target]:
+    """``None`` or ``"measure"``: measure mode (returns None). ``"host"``: this machine (``cpu`` overrides its CPU,
+    then with that CPU's own features only; ``cpu=""`` keeps the CPU each function was compiled for). A triple
+    string: that triple with ``cpu`` (default ``"generic"``). A :class:`Target` is returned as it is."""
+    if target is None or target == "measure":
+        return None
+    if isinstance(target, Target):
+        return target
+    if not isinstance(target, str) or not target:
+        raise ValueError(f"target must be 'host', 'measure', a target triple or a Target, got {target!r}")
+    if target == "host":
+        host = Target.host()
+        return host if cpu is None else Target(host.triple, cpu)
+    return Target(target, "generic" if cpu is None else cpu)

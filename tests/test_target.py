@@ -1,0 +1,62 @@
+"""Measure mode and target mode (behavioral_pq.core.target): what each does to the code, and what stays put."""
+
+import json
+
+import pytest
+
+import behavioral_pq as bpq
+from behavioral_pq.cli.main import main
+from behavioral_pq.core.target import Target, resolve_target
+from behavioral_pq.errors import BPQError
+
+LOOP = """
+void scale(float *restrict out, const float *restrict in, float k, int n) {
+  for (int i = 0; i < n; i++) out[i] = in[i] * k + 1.0f;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    path = tmp_path_factory.mktemp("target") / "scale.c"
+    path.write_text(LOOP)
+    return bpq.load_module(path)
+
+
+def test_resolve_target():
+    host = Target.host()
+    assert host.triple.startswith("x86_64") and host.cpu and host.cpu != "generic"
+    assert resolve_target(None) is None and resolve_target("measure") is None
+    assert resolve_target("host") == host
+    assert resolve_target("host", "x86-64-v3") == Target(host.triple, "x86-64-v3")
+    assert resolve_target("x86_64-pc-linux-gnu") == Target("x86_64-pc-linux-gnu", "generic")
+    with pytest.raises(ValueError):
+        resolve_target("")
+
+
+def test_target_mode_vectorizes_for_the_cpu_and_measure_mode_does_not(loop):
+    measured = bpq.optimize(loop, "O3")
+    targeted = bpq.optimize(loop, "O3", target=Target(Target.host().triple, "x86-64-v3"))
+    assert "<8 x float>" in targeted.text() and "x float>" not in measured.text()
+    assert '"target-cpu"="x86-64-v3"' in targeted.text()
+    assert '"target-cpu"="x86-64"' in measured.text()               # what clang wrote stays in measure mode
+    kept = bpq.optimize(loop, "O3", target=Target(Target.host().triple, ""))
+    assert '"target-cpu"="x86-64"' in kept.text() and "<4 x float>" in kept.text()   # SSE2, as clang -O3
+    assert bpq.optimize(loop, "O3").sha256 == measured.sha256           # measure mode is unchanged by it
+
+
+def test_unknown_target_is_a_clear_error(loop):
+    with pytest.raises(BPQError, match="unknown target"):
+        bpq.optimize(loop, "O3", target=Target("nosuch-unknown-none", "generic"))
+
+
+def test_cli_optimize_defaults_to_the_host_and_says_so(tmp_path, capsys):
+    source = tmp_path / "scale.c"
+    source.write_text(LOOP)
+    assert main(["optimize", str(source), "--passes", "O3", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["mode"] == "target" and record["target"]["cpu"] == Target.host().cpu
+    assert main(["optimize", str(source), "--passes", "O3", "--json", "--target", "measure"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["mode"] == "measure" and record["target"] is None
+    assert main(["optimize", str(source), "--passes", "O3", "--target", "measure", "--cpu", "znver4"]) == 2
