@@ -60,3 +60,50 @@ def test_cli_optimize_defaults_to_the_host_and_says_so(tmp_path, capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["mode"] == "measure" and record["target"] is None
     assert main(["optimize", str(source), "--passes", "O3", "--target", "measure", "--cpu", "znver4"]) == 2
+
+
+def test_target_mode_lifts_the_unroll_ban_that_clang_O1_puts_on_loops(loop):
+    assert "llvm.loop.unroll.disable" in loop.text()           # how the package compiles (clang -O1)
+    targeted = bpq.optimize(loop, "O3", target="host")
+    assert "llvm.loop.unroll.disable" not in targeted.text()
+    assert "llvm.loop.unroll.disable" in bpq.optimize(loop, "O3").text()
+
+
+def test_speed_objective_times_each_checked_build_and_keeps_the_fastest():
+    from behavioral_pq.lowering.harness import TaskHarness
+    from behavioral_pq.lowering.speed import SPEED_CANDIDATES, SpeedBackend
+    from behavioral_pq.lowering.tasks import load_tasks
+
+    task = next(t for t in load_tasks("kernels") if t.name == "dot_f64")
+    backend = SpeedBackend(runs=2)
+    with TaskHarness(task) as harness:
+        lowering = backend.lower(task.module(), harness)
+    assert lowering.verdict.ok
+    tried = backend.last.tried
+    assert [label for label, _, _ in tried] == [c.label for c in SPEED_CANDIDATES]
+    times = {label: median for label, median, stage in tried if stage == "ok"}
+    assert len(times) == len(SPEED_CANDIDATES)
+    assert times[backend.last.chosen.label] == min(times.values())
+
+
+def test_cli_compile_speed_objective_builds_a_checked_program(tmp_path, capsys):
+    source = tmp_path / "prog.c"
+    source.write_text(LOOP + """
+#include <stdio.h>
+int main(void) {
+  float in[64], out[64];
+  for (int i = 0; i < 64; i++) in[i] = i * 0.5f;
+  scale(out, in, 3.0f, 64);
+  float s = 0;
+  for (int i = 0; i < 64; i++) s += out[i];
+  printf("%.1f\\n", s);
+  return 0;
+}
+""")
+    binary = tmp_path / "prog"
+    assert main(["compile", str(source), "--objective", "speed", "--runs", "2", "-o", str(binary)]) == 0
+    printed = capsys.readouterr().out
+    assert "3. choose" in printed and binary.exists()
+    import subprocess
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout.strip() == "3088.0"
+    assert main(["compile", str(source), "--objective", "speed", "--passes", "O2", "-o", str(binary)]) == 2

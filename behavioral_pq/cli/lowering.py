@@ -9,7 +9,14 @@ import textwrap
 import time
 from pathlib import Path
 
-from behavioral_pq.cli.common import add_program_arguments, check_output, load_program, parse_passes
+from behavioral_pq.cli.common import (
+    add_program_arguments,
+    add_target_arguments,
+    check_output,
+    cli_target,
+    load_program,
+    parse_passes,
+)
 
 LLM_HELP = """\
 LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
@@ -30,8 +37,17 @@ assembly must assemble and define the module's symbols. LLM output is always ver
 """ + LLM_HELP
 
 COMPILE_EPILOG = """\
-example:
+examples:
+  bpq compile prog.c -o prog                                # --objective size: -Oz for this machine, llc -O2
+  bpq compile prog.c --objective speed -o prog              # the fastest of a few -O3 builds, chosen by runs
   bpq compile prog.c --auto-passes --budget 10 -o prog      # embed, recommend, optimize, lower, verify, link
+
+Objectives. size (default): -Oz passes (or --passes / --auto-passes) in target mode for the host, llc -O2; what
+it minimizes is code size (IR instructions, then .text bytes). speed: target-mode -O3 for the host CPU and for
+the CPU the module was compiled for, with and without FMA contraction, llc -O3; each build that passes the
+check is run (a program: with --run-args, median of --runs runs) and the fastest is kept. --auto-passes picks
+the pass list that minimizes IR instructions (the ir-count objective of the program library), then compiles
+it for the target. --target measure compiles with no target machine (as labels and spectra are measured).
 
 A module with main becomes an executable whose output is checked against the unoptimized module's; any other
 module becomes an object file (-o prog.o).
@@ -59,11 +75,11 @@ def _llm_backend(args, **extra):
                       optimize_rounds=getattr(args, "optimize_rounds", 0), **extra)
 
 
-def _backend(args):
+def _backend(args, target=None):
     from behavioral_pq.lowering.backends import LlcBackend
 
     if args.backend == "llc":
-        return LlcBackend(opt_level=args.opt_level)
+        return LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None)
     return _llm_backend(args)
 
 
@@ -100,8 +116,10 @@ def cmd_lower(args) -> int:
     check_output(args.output)
     task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
     module = task.module() if task else load_program(args)
-    optimized = optimize(module, parse_passes(args.passes)) if args.passes.lower() != "none" else module
-    lowering = lower(optimized, _backend(args), task=task, verify=True if args.verify else None,
+    target = cli_target(args)
+    optimized = (optimize(module, parse_passes(args.passes), target=target) if args.passes.lower() != "none"
+                 else module)
+    lowering = lower(optimized, _backend(args, target), task=task, verify=True if args.verify else None,
                      reference=module)
     try:
         cost = static_cost(lowering.assembly)
@@ -125,32 +143,50 @@ def cmd_lower(args) -> int:
 def cmd_compile(args) -> int:
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.core.toolchain import assemble
-    from behavioral_pq.lowering.backends import lower
-    from behavioral_pq.lowering.harness import defines_main
+    from behavioral_pq.lowering.backends import LlcBackend, lower
+    from behavioral_pq.lowering.harness import defines_main, harness_for
+    from behavioral_pq.lowering.speed import SpeedBackend
     from behavioral_pq.tasks.guidance import describe_steps, recommend_pipeline
 
     if args.auto_passes and args.passes:
         raise ValueError("give --auto-passes or --passes, not both")
+    if args.objective == "speed" and (args.auto_passes or args.passes or args.backend != "llc"):
+        raise ValueError("--objective speed chooses its own passes and llc builds: drop --passes, --auto-passes "
+                         "and --backend")
     check_output(args.output)
+    target = cli_target(args)
     start = time.monotonic()
     module = load_program(args)
-    print(f"1. load       {module.name}: {module.instruction_count} IR instructions")
-    if args.auto_passes:
-        found = recommend_pipeline(module, args.budget)
-        pipeline = found.pipeline
-        print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
-              f"compilations (-Oz gives {found.oz_count} instructions, this {found.instruction_count})")
-        print("   pipeline:  " + textwrap.shorten(describe_steps(found.steps), 300, placeholder=" ..."))
+    where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"
+    print(f"1. load       {module.name}: {module.instruction_count} IR instructions; {where}")
+    if args.objective == "speed":
+        backend = SpeedBackend(runs=args.runs)
+        with harness_for(module, args=args.run_args) as harness:
+            lowering = backend.lower(module, harness if not args.no_verify else None)
+        for label, median, stage in backend.last.tried:
+            print(f"2. build      {label}: " + (f"{median / 1e6:.2f} ms" if median is not None else stage))
+        print(f"3. choose     {backend.last.chosen.label}")
+        optimized = module
     else:
-        pipeline = parse_passes(args.passes or "Oz")
-        print(f"2. passes     {args.passes or 'Oz'}")
-    optimized = optimize(module, pipeline).verify()
-    print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
-    lowering = lower(optimized, _backend(args), verify=not args.no_verify, reference=module)
+        if args.auto_passes:
+            found = recommend_pipeline(module, args.budget)
+            pipeline = found.pipeline
+            print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
+                  f"compilations (-Oz gives {found.oz_count} instructions, this {found.instruction_count})")
+            print("   pipeline:  " + textwrap.shorten(describe_steps(found.steps), 300, placeholder=" ..."))
+        else:
+            pipeline = parse_passes(args.passes or "Oz")
+            print(f"2. passes     {args.passes or 'Oz'}")
+        optimized = optimize(module, pipeline, target=target).verify()
+        print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
+        backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
+                              relocation_model=args.relocation_model)
+                   if args.backend == "llc" else _llm_backend(args))
+        lowering = lower(optimized, backend, verify=not args.no_verify, reference=module, run_args=args.run_args)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
-    program = defines_main(optimized)
+    program = defines_main(module)
     stem = Path(args.files[0]).stem if args.files else "program"
     output = Path(args.output or (stem + ("" if program else ".o")))
     source = output.with_suffix(".s") if args.keep_assembly else None
@@ -244,6 +280,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--verify", action="store_true", help="verify llc's output too (the LLM's always is)")
+    add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT.s", help="write the assembly")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_llm_options(p)
@@ -252,12 +289,20 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("compile", help="embed, recommend passes, optimize, lower, verify and link",
                        epilog=COMPILE_EPILOG, formatter_class=fmt)
     add_program_arguments(p)
+    p.add_argument("--objective", choices=("size", "speed"), default="size",
+                   help="what to minimize: code size (default) or run time (see below)")
     p.add_argument("--auto-passes", action="store_true", help="passes recommended from the embedding")
     p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
     p.add_argument("--passes", help="passes to run instead (default Oz)")
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--no-verify", action="store_true", help="skip running the program against the unoptimized one")
+    p.add_argument("--run-args", nargs="*", default=[], metavar="ARG",
+                   help="arguments the program is checked (and, for --objective speed, timed) with")
+    p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
+    p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",
+                   help="llc relocation model (default pic: the distribution's clang links PIE)")
+    add_target_arguments(p)
     p.add_argument("--keep-assembly", action="store_true", help="also write the assembly next to the output")
     p.add_argument("-o", "--output", metavar="BIN", help="executable (or object file for a module without main)")
     _add_llm_options(p)

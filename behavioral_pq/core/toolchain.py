@@ -98,14 +98,29 @@ def link_bitcode(units: Sequence[bytes], *, timeout: float = 120.0, what: str = 
             raise CompileError(f"linking {len(units)} {what}: {exc}") from None
 
 
-def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, timeout: float = 120.0) -> str:
+#: llc's floating-point contraction: ``on`` fuses ``llvm.fmuladd`` into FMA where the CPU has it, ``off`` never
+#: does (a latency-bound reduction can be faster unfused), ``fast`` fuses any fmul + fadd.
+FP_CONTRACT = ("on", "off", "fast")
+RELOCATION_MODELS = ("pic", "static", "dynamic-no-pic")
+
+
+def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
+                 relocation_model: str = "pic", timeout: float = 120.0) -> str:
     """x86-64 assembly from ``llc-19 -O<opt_level> --relocation-model=pic`` (PIC because the distribution's clang
-    links position-independent executables). Raises ToolError with llc's stderr."""
+    links position-independent executables). ``cpu`` is the default for functions without a ``target-cpu``
+    attribute. Raises ToolError with llc's stderr."""
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
-    argv = [find_tool("llc"), f"-O{opt_level}", "--relocation-model=pic", "-filetype=asm", "-o", "-", "-"]
+    if fp_contract is not None and fp_contract not in FP_CONTRACT:
+        raise ValueError(f"fp_contract must be one of {FP_CONTRACT}, got {fp_contract!r}")
+    if relocation_model not in RELOCATION_MODELS:
+        raise ValueError(f"relocation model must be one of {RELOCATION_MODELS}, got {relocation_model!r}")
+    argv = [find_tool("llc"), f"-O{opt_level}", f"--relocation-model={relocation_model}", "-filetype=asm", "-o", "-",
+            "-"]
     if cpu:
         argv.insert(1, f"-mcpu={cpu}")
+    if fp_contract:
+        argv.insert(1, f"--fp-contract={fp_contract}")
     return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
 
 

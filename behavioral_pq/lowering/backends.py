@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 from behavioral_pq.artifacts import write_text_atomic
 from behavioral_pq.core.toolchain import llc_assembly
@@ -47,18 +47,27 @@ class Lowering:
 
 
 class LlcBackend:
-    """``llc-19 -O<opt_level>`` (PIC) for the host's x86-64."""
+    """``llc-19 -O<opt_level>`` for x86-64: ``cpu`` for functions that name none, ``fp_contract`` and
+    ``relocation_model`` as llc takes them (see :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
 
     name = "llc"
 
-    def __init__(self, opt_level: int = 2, cpu: Optional[str] = None):
+    def __init__(self, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
+                 relocation_model: str = "pic"):
         if opt_level not in (0, 1, 2, 3):
             raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
-        self.opt_level, self.cpu = opt_level, cpu
+        self.opt_level, self.cpu, self.fp_contract = opt_level, cpu, fp_contract
+        self.relocation_model = relocation_model
+
+    def options(self) -> dict:
+        """The code-generation options, as recorded in outputs."""
+        return {"llc": f"-O{self.opt_level}", "cpu": self.cpu, "fp_contract": self.fp_contract or "on",
+                "relocation_model": self.relocation_model}
 
     def lower(self, module, harness: Optional[Harness] = None) -> Lowering:
         start = time.monotonic()
-        assembly = llc_assembly(module.bitcode, opt_level=self.opt_level, cpu=self.cpu)
+        assembly = llc_assembly(module.bitcode, opt_level=self.opt_level, cpu=self.cpu, fp_contract=self.fp_contract,
+                                relocation_model=self.relocation_model)
         verdict = harness.check(assembly) if harness is not None else None
         return Lowering(assembly, self.name, verdict, (), time.monotonic() - start)
 
@@ -110,7 +119,7 @@ def make_backend(backend: Union[str, LlcBackend, LLMBackend] = "llc", **options)
 
 
 def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: Optional[Task] = None,
-          verify: Optional[bool] = None, reference=None, **options) -> Lowering:
+          verify: Optional[bool] = None, reference=None, run_args: Sequence[str] = (), **options) -> Lowering:
     """Lower a module to x86-64 assembly.
 
     Args:
@@ -120,7 +129,8 @@ def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: 
         task: a task from :func:`~behavioral_pq.lowering.tasks.load_tasks` whose tests the assembly must pass.
         verify: check the result (default: always for the LLM, only with a task for llc). Without a task, a
             module with ``main`` is run against llc's build of ``reference`` (default: the module itself; pass
-            the unoptimized module to check the passes too); any other is assembled and its symbols checked.
+            the unoptimized module to check the passes too) with ``run_args``; any other is assembled and its
+            symbols checked.
 
     Raises:
         LoweringError: the LLM produced no verified assembly. LLMError: the endpoint is not configured.
@@ -133,5 +143,5 @@ def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: 
         raise ValueError("LLM output is always verified; verify=False is only for llc")
     if not verify:
         return backend.lower(module)
-    with harness_for(module, task, reference=reference) as harness:
+    with harness_for(module, task, reference=reference, args=run_args) as harness:
         return backend.lower(module, harness)

@@ -24,6 +24,7 @@ import shutil
 import statistics
 import tempfile
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -340,8 +341,23 @@ class ProgramHarness(Harness):
         reference = self._link([self._assemble(llc_assembly((reference or module).bitcode, opt_level=0))])
         self.expected_status, self.expected = self._execute(reference, self.args)
 
+    timed = True
+
     def _build(self, assembly: str) -> Path:
         return self._link([self._assemble(assembly)])
+
+    def timing(self, assembly: str, runs: int = 5) -> Timing:
+        """Wall time of ``runs`` runs of the program (with its ``args``), in ns; the program must pass first."""
+        verdict = self.check(assembly)
+        if not verdict.ok:
+            raise ToolError(f"cannot time a build that fails its check ({verdict.stage}): {verdict.message[:200]}")
+        binary = self._build(assembly)
+        samples = []
+        for _ in range(runs):
+            start = time.perf_counter_ns()
+            self._execute(binary, self.args)
+            samples.append(float(time.perf_counter_ns() - start))
+        return Timing(tuple(samples))
 
     def _check_binary(self, binary: Path) -> Verdict:
         try:
@@ -389,12 +405,13 @@ def defines_main(module) -> bool:
     return re.search(r"^define [^@]*@main\(", module.text(), re.M) is not None
 
 
-def harness_for(module, task: Optional[Task] = None, *, reference=None, **kwargs) -> Harness:
-    """The strongest harness available: the task's, else a program's (the module defines ``main``; its output
-    must match ``reference``'s, default the module's own), else symbols."""
+def harness_for(module, task: Optional[Task] = None, *, reference=None, args: Sequence[str] = (),
+                **kwargs) -> Harness:
+    """The strongest harness available: the task's, else a program's (the module defines ``main``; run with
+    ``args``, its output must match ``reference``'s, default the module's own), else symbols."""
     if task is not None:
         return TaskHarness(task, **kwargs)
     if defines_main(module):
-        return ProgramHarness(module, reference=reference, **kwargs)
+        return ProgramHarness(module, reference=reference, args=args, **kwargs)
     return SymbolHarness(module, **kwargs)
 

@@ -29,6 +29,7 @@ from behavioral_pq.lowering.backends import LlcBackend, LLMBackend
 from behavioral_pq.lowering.harness import TaskHarness, is_faster, static_cost
 from behavioral_pq.lowering.llm import ChatClient, LLMSettings
 from behavioral_pq.lowering.prompts import OPTIMIZE_INSTRUCTIONS, Prompt, refine_prompt
+from behavioral_pq.lowering.speed import SPEED_CANDIDATES, SpeedBackend
 from behavioral_pq.lowering.scripted import Reply, ScriptedServer
 from behavioral_pq.lowering.tasks import Task, load_tasks, split_tasks
 
@@ -349,7 +350,9 @@ def evaluate_lowering(out: Path, *, tasks: str = "all", pipelines: Sequence[str]
 
     Args:
         tasks: "functions", "kernels", "all" or a task-set .json.
-        pipelines: IR pipelines before lowering: bpq passes ("O3"), or "opt:LEVEL" for opt-19.
+        pipelines: IR pipelines before lowering: bpq passes ("O3", measure mode), "target:O3" (target mode on
+            the host, llc -O3), "opt:LEVEL" for opt-19, or "speed" for the speed objective
+            (:class:`~behavioral_pq.lowering.speed.SpeedBackend`).
         command: the command line that reproduces the report (recorded in it).
     Returns:
         (the report as a dict, the path of ``lowering.md``).
@@ -359,6 +362,13 @@ def evaluate_lowering(out: Path, *, tasks: str = "all", pipelines: Sequence[str]
     report: Dict = {"meta": {}, "backends": {}, "scenarios": {}}
     outcomes: Dict[str, List[TaskOutcome]] = {}
     for pipeline in pipelines:
+        if pipeline == "speed":  # the speed objective: the fastest checked target-mode build, chosen by runs
+            config = "speed objective: fastest of " + ", ".join(c.label for c in SPEED_CANDIDATES) + \
+                " (target-mode -O3, llc -O3)"
+            outcomes[config] = evaluate_backend(task_list, SpeedBackend(runs=timing_runs), pipeline=None,
+                                                timing_runs=timing_runs, margin=margin, progress=progress)
+            report["backends"][config] = summarize(outcomes[config])
+            continue
         if pipeline.startswith("target:"):  # the speed objective: target mode on the host, llc -O3 for its CPU
             backend = LlcBackend(opt_level=3, cpu=Target.host().cpu)
             config = f"llc -O3 -mcpu={backend.cpu} on {pipeline_label(pipeline)} IR"

@@ -116,7 +116,8 @@ namespace {
 class Runner {
  public:
   // With no TargetMachine: generic TTI (measure mode); TargetLibraryInfo comes from each module's triple.
-  explicit Runner(TargetMachine *tm = nullptr) : builder_(tm) {
+  explicit Runner(TargetMachine *tm = nullptr, PipelineTuningOptions tuning = PipelineTuningOptions())
+      : builder_(tm, tuning) {
     builder_.registerModuleAnalyses(mam_);
     builder_.registerCGSCCAnalyses(cgam_);
     builder_.registerFunctionAnalyses(fam_);
@@ -238,11 +239,39 @@ std::unique_ptr<TargetMachine> targetMachine(const TargetSpec &spec) {
   return tm;
 }
 
+// clang -O1 turns unrolling off by tagging every loop with llvm.loop.unroll.disable, and the package compiles
+// sources at -O1 with LLVM passes disabled: code meant to run gets its loops back as clang -O2/-O3 emits them
+// (an explicit #pragma nounroll is dropped the same way).
+void allowUnrolling(Module &M) {
+  for (Function &F : M)
+    for (BasicBlock &BB : F) {
+      Instruction *term = BB.getTerminator();
+      MDNode *loop = term ? term->getMetadata(LLVMContext::MD_loop) : nullptr;
+      if (!loop) continue;
+      SmallVector<Metadata *, 4> ops{nullptr};
+      bool dropped = false;
+      for (unsigned i = 1; i < loop->getNumOperands(); ++i) {
+        auto *node = dyn_cast_or_null<MDNode>(loop->getOperand(i).get());
+        auto *name = node && node->getNumOperands() ? dyn_cast<MDString>(node->getOperand(0)) : nullptr;
+        if (name && name->getString() == "llvm.loop.unroll.disable") {
+          dropped = true;
+          continue;
+        }
+        ops.push_back(loop->getOperand(i).get());
+      }
+      if (!dropped) continue;
+      MDNode *fresh = MDNode::getDistinct(M.getContext(), ops);
+      fresh->replaceOperandWith(0, fresh);
+      term->setMetadata(LLVMContext::MD_loop, fresh);
+    }
+}
+
 // Target mode: the module is for `tm`, and every definition is compiled for its CPU (clang -march=CPU). An
 // empty CPU keeps each function's own target attributes (what clang wrote: -march as it was compiled).
 void retarget(Module &M, const TargetMachine &tm, const TargetSpec &spec) {
   M.setTargetTriple(spec.triple);
   M.setDataLayout(tm.createDataLayout());
+  allowUnrolling(M);
   if (spec.cpu.empty()) return;
   for (Function &F : M) {
     if (F.isDeclaration()) continue;
@@ -260,11 +289,24 @@ void retarget(Module &M, const TargetMachine &tm, const TargetSpec &spec) {
 std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress,
                         const TargetSpec &target) {
   if (!target.triple.empty()) {
+    // Compiled as clang -O<level> would: a size pipeline (default<Oz> / default<Os>) marks the definitions
+    // minsize/optsize and (Oz) leaves the vectorizers off; any other is tuned as clang's -O2 and above.
+    const bool oz = pipeline.find("default<Oz>") != std::string::npos;
+    const bool os = pipeline.find("default<Os>") != std::string::npos;
+    PipelineTuningOptions tuning;  // the defaults leave SLP off
+    tuning.LoopVectorization = tuning.SLPVectorization = !oz;
+    tuning.LoopUnrolling = tuning.LoopInterleaving = true;
     std::unique_ptr<TargetMachine> tm = targetMachine(target);
-    Runner runner(tm.get());
+    Runner runner(tm.get(), tuning);
     std::unique_ptr<ModulePassManager> mpm = runner.pipeline(pipeline);
     Runner::Copy copy = runner.parse(bitcode);
     retarget(*copy.module, *tm, target);
+    if (oz || os)
+      for (Function &F : *copy.module) {
+        if (F.isDeclaration() || F.hasFnAttribute(Attribute::OptimizeNone)) continue;
+        F.addFnAttr(Attribute::OptimizeForSize);
+        if (oz) F.addFnAttr(Attribute::MinSize);
+      }
     progress.begin(0, 0, 0);
     runner.run(*copy.module, *mpm);
     progress.end(0);

@@ -1,0 +1,96 @@
+"""The speed objective: the fastest of a few target-mode builds, chosen by running them.
+
+No single build is fastest everywhere. Compiling for the host CPU (``clang -march=native``) vectorizes with its
+widest registers, but the FMA it fuses into a serial floating-point reduction lengthens the dependency chain
+(a dot product ran 2x slower than ``clang -O3`` on a Zen 5 for that reason), and code compiled for the CPU the
+module was built for is what ``clang -O3`` itself gives. So the objective builds each
+:data:`SPEED_CANDIDATES` (target-mode ``-O3``, ``llc -O3``), checks each against the program's tests or
+reference output, times those that pass (median of repeated runs) and keeps the fastest. A module that cannot
+be run (no tests, no ``main``) gets the first candidate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.target import Target
+from behavioral_pq.errors import BPQError, LoweringError
+from behavioral_pq.lowering.backends import LlcBackend, Lowering
+from behavioral_pq.lowering.harness import Harness
+
+
+@dataclass(frozen=True)
+class SpeedCandidate:
+    """One build: ``cpu`` ``"host"`` (this machine, as -march=native) or ``""`` (each function's own CPU, as
+    clang -O3 of the source targets), and llc's ``fp_contract``."""
+
+    cpu: str
+    fp_contract: str
+
+    @property
+    def label(self) -> str:
+        return f"{'host CPU' if self.cpu == 'host' else 'module CPU'}, fp-contract={self.fp_contract}"
+
+
+SPEED_CANDIDATES: Tuple[SpeedCandidate, ...] = (
+    SpeedCandidate("host", "on"), SpeedCandidate("host", "off"), SpeedCandidate("", "on"))
+
+
+@dataclass
+class SpeedChoice:
+    """What :class:`SpeedBackend` tried: per candidate, its median time in ns or why it was dropped."""
+
+    chosen: SpeedCandidate
+    tried: List[Tuple[str, Optional[float], str]] = field(default_factory=list)
+
+
+class SpeedBackend:
+    """Lowers for the speed objective (see the module docstring). Takes the module *before* optimization:
+    each candidate runs ``passes`` in target mode itself."""
+
+    name = "llc (speed objective)"
+
+    def __init__(self, passes: str = "O3", runs: int = 5, candidates: Tuple[SpeedCandidate, ...] = SPEED_CANDIDATES):
+        self.passes, self.runs, self.candidates = passes, runs, candidates
+        self.host = Target.host()
+        self.last: Optional[SpeedChoice] = None
+
+    def build(self, module, candidate: SpeedCandidate):
+        """(optimized module, assembly) of one candidate."""
+        target = Target(self.host.triple, self.host.cpu if candidate.cpu == "host" else "",
+                        self.host.features if candidate.cpu == "host" else "")
+        optimized = optimize(module, self.passes, target=target)
+        llc = LlcBackend(opt_level=3, cpu=target.cpu or None, fp_contract=candidate.fp_contract)
+        return optimized, llc.lower(optimized).assembly
+
+    def lower(self, module, harness: Optional[Harness] = None) -> Lowering:
+        start = time.monotonic()
+        best: Optional[Tuple[float, SpeedCandidate, str]] = None
+        tried: List[Tuple[str, Optional[float], str]] = []
+        runnable = harness is not None and harness.runs and harness.timed
+        for candidate in (self.candidates if runnable else self.candidates[:1]):
+            try:
+                _, assembly = self.build(module, candidate)
+            except BPQError as exc:
+                tried.append((candidate.label, None, f"build: {exc}"[:200]))
+                continue
+            if not runnable:
+                best = (0.0, candidate, assembly)
+                tried.append((candidate.label, None, "not timed (nothing to run)"))
+                break
+            verdict = harness.check(assembly)
+            if not verdict.ok:
+                tried.append((candidate.label, None, verdict.stage))
+                continue
+            median = harness.timing(assembly, self.runs).median_ns
+            tried.append((candidate.label, median, "ok"))
+            if best is None or median < best[0]:
+                best = (median, candidate, assembly)
+        if best is None:
+            raise LoweringError(f"{module.name}: no speed candidate built and passed: {tried}")
+        self.last = SpeedChoice(best[1], tried)
+        verdict = harness.check(best[2]) if harness is not None else None
+        return Lowering(best[2], self.name, verdict, (), time.monotonic() - start)
