@@ -86,3 +86,13 @@ def test_compare_judges_subsets_and_truncations_on_one_measurement(store, tmp_pa
     text = (tmp_path / "cmp" / "report.md").read_text()
     assert all(c.name in text for c in candidates) and "passes / spectrum" in text
     assert np.isfinite(full["knn5_top1"])
+
+
+def test_tree_cli_also_writes_the_leaves_only_reading_of_an_inner_tree(store, tmp_path):
+    out = tmp_path / "inner"
+    assert main(["probes", "tree", str(store.path), "--out", str(out), "--branching", "2,1", "--segments", "2,2",
+                 "--population", "4", "--generations", "1", "--sample", "2", "--modules", "12"]) == 0
+    inner = load_probes(out / "tree-b2x1-l2-2-inner-s0.json")
+    leaves = load_probes(out / "tree-b2x1-l2-2-leaves-s0.json")
+    assert inner.num_probes == 4 and leaves.num_probes == 2
+    assert set(leaves.sequences) < set(inner.sequences) and leaves.pass_executions == inner.pass_executions

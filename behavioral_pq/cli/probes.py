@@ -108,6 +108,7 @@ def _universe(corpus, count: int, max_instructions: int, seed: int) -> list:
 
 
 def cmd_tree(args) -> int:
+    from dataclasses import replace
     from pathlib import Path
 
     from behavioral_pq.artifacts import write_json_atomic
@@ -132,6 +133,11 @@ def cmd_tree(args) -> int:
                                             progress=sys.stderr.isatty())
     path = probes.save(Path(args.out) / f"{probes.name}.json")
     write_json_atomic(Path(args.out) / "nodes.json", [r.to_dict() for r in results], indent=1)
+    if config.inner_probes:  # the same tree read at its leaves only: same passes, fewer rows (to compare)
+        depth = len(config.branching)
+        leaves = replace(probes, name=probes.name.replace("-inner", "-leaves"),
+                         sequences=tuple(s for s, r in zip(probes.sequences, results) if len(r.path) == depth))
+        print(f"wrote {leaves.save(Path(args.out) / f'{leaves.name}.json')} ({leaves.num_probes} leaf probes)")
     print(f"{probes.name}: {probes.num_probes} probes of up to {probes.length} passes, {probes.pass_executions} "
           f"passes per spectrum, hash {probes.hash[:16]}, search {probes.search['seconds'] / 60:.1f} min")
     print(f"wrote {path}")
