@@ -59,13 +59,15 @@ def _digest(parts: Iterable[bytes]) -> str:
 
 def make_item(sources: Sequence[Path], *, language: Optional[str], flags: Sequence[str], cwd: Optional[str],
               origin: str, group: str) -> InputItem:
-    """An InputItem whose key covers the files' paths and contents, the language and the flags."""
+    """An InputItem whose key covers the files' paths and contents, the language and the flags. A file that does
+    not exist (a generated source a build did not make) keys as missing: compiling it then fails as that item's
+    own failure, and once the file exists the item is new."""
     paths = tuple(str(Path(s).resolve()) for s in sources)
     parts: List[bytes] = [b"bpq-input-1", (language or "").encode(), (cwd or "").encode()]
     parts += [f.encode() for f in flags]
     for p in paths:
         parts.append(p.encode())
-        parts.append(Path(p).read_bytes())
+        parts.append(Path(p).read_bytes() if Path(p).is_file() else b"\0bpq: missing file")
     return InputItem(_digest(parts), paths, language, tuple(flags), cwd, origin, group)
 
 
