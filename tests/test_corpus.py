@@ -358,6 +358,7 @@ def test_stored_spectra_equal_direct_spectra(store):
     order = [m.sha256 for m in modules]
     np.testing.assert_array_equal(values, direct.spectra[[order.index(s) for s in shas]])
     assert compute_spectra(path, probes, workers=1).done == 0, "nothing is computed twice"
+    assert Corpus(path).info()["spectra_outcomes"][probes.hash[:12]] == {"small": {"ok": 5}}
     with pytest.raises(CorpusError, match="no spectra"):
         Corpus(path).spectra(random_probes(2, 3, seed=9))
 

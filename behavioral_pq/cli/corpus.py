@@ -203,7 +203,10 @@ def cmd_info(args) -> int:
         print(f"  -Oz benefit: mean {ob['mean']:.3f}, median {ob['median']:.3f}, p10 {ob['p10']:.3f}, "
               f"p90 {ob['p90']:.3f}")
     for probe_hash, n in info["spectra"].items():
-        print(f"spectra for probe set {probe_hash}: {n}")
+        outcomes = info.get("spectra_outcomes", {}).get(probe_hash, {})
+        detail = "; ".join(f"{kind}: " + ", ".join(f"{v} {k}" for k, v in sorted(c.items()))
+                           for kind, c in sorted(outcomes.items()))
+        print(f"spectra for probe set {probe_hash}: {n}" + (f" ({detail})" if detail else ""))
     if info["splits"]:
         print("splits (seed {seed}): ".format(**info["splits"])
               + ", ".join(f"{k} {v}" for k, v in info["splits"]["counts"].items()))

@@ -229,6 +229,16 @@ class Corpus:
             })
         info["labels"] = label_info
         info["spectra"] = {h[:12]: len(self.store.keys("spectra", probe_set=h)) for h in self.store.probe_sets()}
+        kinds = self.program_kinds()
+        health = {}
+        for h in self.store.probe_sets():  # per probe set and kind: measured, measured without a crashing pass, failed
+            rows = self.store.read("spectra", ["sha256", "status", "error_kind"], probe_set=h).to_pydict()
+            counts: Dict[str, Counter] = {}
+            for sha, st, kind in zip(rows["sha256"], rows["status"], rows["error_kind"]):
+                outcome = "failed" if st != "ok" else "degraded" if kind == "degraded" else "ok"
+                counts.setdefault(kinds.get(sha, "small"), Counter())[outcome] += 1
+            health[h[:12]] = {k: dict(v) for k, v in counts.items()}
+        info["spectra_outcomes"] = health
         splits = manifest.get("splits")
         info["splits"] = {k: splits[k] for k in ("seed", "fractions", "counts", "groups") if k in splits} \
             if splits else None
