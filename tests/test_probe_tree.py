@@ -80,6 +80,8 @@ def test_compare_judges_subsets_and_truncations_on_one_measurement(store, tmp_pa
     assert short["pass_executions"] < full["pass_executions"] / 4
     assert 0 <= full["best_pass_top1"]["mean"] <= 1 and full["oz_mae_points"]["mean"] >= 0
     assert set(full["by_kind"]) == {"small"} and full["timing"]
+    # one seed, one kind: the overall -Oz MAE (points) is the small programs' MAE
+    assert full["oz_mae_points"]["mean"] == pytest.approx(full["by_kind"]["small"]["oz_mae_points"], rel=1e-6)
     # the first 10 probes of the set are the first 10 rows of the 20-probe set: identical best-probe reductions
     # can only come from one measurement of identical rows
     assert half["best_probe_reduction"] <= full["best_probe_reduction"]

@@ -144,6 +144,26 @@ def cmd_tree(args) -> int:
     return 0
 
 
+def cmd_subset(args) -> int:
+    from dataclasses import replace
+
+    from behavioral_pq.embedding.probes import load_probes
+    from behavioral_pq.reports.probe_sets import subset
+
+    base = load_probes(args.base)
+    if not 0 < args.first <= base.num_probes:
+        raise ValueError(f"--first must be in 1..{base.num_probes}, got {args.first}")
+    derived = subset(base, count=args.first, length=args.length)
+    search = {"method": f"the first {args.first} probes" + (f", cut to {args.length} passes" if args.length else "")
+                        + f" of {base.name} (its largest clusters first)", "from": base.name, "from_hash": base.hash,
+              "why": args.why or "", "base_search": base.search}
+    derived = replace(derived, name=args.name or derived.name, search=search)
+    path = derived.save(args.output)
+    print(f"{derived.name}: P={derived.num_probes}, {derived.pass_executions} passes per spectrum "
+          f"({base.pass_executions / derived.pass_executions:.2f}x fewer than {base.name}); wrote {path}")
+    return 0
+
+
 def cmd_compare(args) -> int:
     from behavioral_pq.embedding.probes import load_probes
     from behavioral_pq.reports.probe_sets import DEFAULT_SAMPLE, compare_probe_sets, subset
@@ -246,6 +266,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--corpus-description", metavar="TEXT", help="recorded in the probe set")
     p.add_argument("--workers", type=int, default=None, help="engine worker processes (default: CPUs)")
     p.set_defaults(func=cmd_tree)
+
+    p = psub.add_parser("subset", help="a probe set made of another's first P probes (optionally cut to L passes)")
+    p.add_argument("base", metavar="BASE", help="probe-set JSON or shipped name")
+    p.add_argument("--first", type=int, required=True, metavar="P", help="probes to keep (the first P)")
+    p.add_argument("--length", type=int, metavar="L", help="cut every probe to its first L passes")
+    p.add_argument("--name", help="name of the new set")
+    p.add_argument("--why", metavar="TEXT", help="recorded in the set (e.g. the report that chose it)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="probe-set JSON to write")
+    p.set_defaults(func=cmd_subset)
 
     p = psub.add_parser("compare", help="judge probe sets by cost and by the raw spectrum's downstream quality",
                         description="Measure every candidate on one seeded sample of labelled modules (small and "

@@ -153,7 +153,7 @@ def compare_probe_sets(store: Union[str, os.PathLike], candidates: Sequence[Prob
         entry = {"name": probes.name, "hash": probes.hash, "num_probes": probes.num_probes,
                  "length": probes.length, "pass_executions": probes.pass_executions,
                  "pass_ratio": baseline.pass_executions / probes.pass_executions,
-                 "best_pass_top1": best["top1"], "oz_mae_points": {k: v * 100 for k, v in mae["mae"].items()},
+                 "best_pass_top1": best["top1"], "oz_mae_points": mae["mae"],
                  "knn5_top1": knn_top1(X["train"], sets["train"], X["test"], sets["test"], num_classes=124, k=5),
                  "by_kind": {}}
         test_rows = np.stack([features[s] for s in chosen["test"]])
