@@ -498,3 +498,24 @@ def test_cli_corpus_bad_input_is_one_line(tmp_path, args, message):
     assert run.returncode == 2
     assert run.stderr.startswith("bpq: error: ") and message in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_spectra_job_for_one_kind_of_program(tmp_path):
+    from behavioral_pq.cli.main import main
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "a.c").write_text("int a(int x) { return x * 3 + 1; }\n")
+    (project / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(project), "file": "a.c", "arguments": ["cc", "-c", "a.c"]}]))
+    small = tiny_programs(tmp_path / "small", 2)
+    store = tmp_path / "s"
+    build_corpus(from_compile_commands(project / "compile_commands.json", project="p"), store, workers=1, labels=False)
+    build_corpus(discover([small], origin="tests"), store, workers=1, labels=False)
+    probes = random_probes(3, 4, seed=2)
+    probes.save(tmp_path / "probes.json")
+    assert main(["corpus", "spectra", str(store), "--kind", "real", "--probes", str(tmp_path / "probes.json"),
+                 "--workers", "1", "-q"]) == 0
+    corpus = Corpus(store)
+    measured = corpus.store.keys("spectra", probe_set=probes.hash)
+    assert measured == {s for s, k in corpus.program_kinds().items() if k == "real"} and len(measured) == 1

@@ -118,7 +118,12 @@ def cmd_label(args) -> int:
 def cmd_spectra(args) -> int:
     from behavioral_pq.corpus import Corpus, compute_spectra
 
-    only = set(Corpus(args.store).split(args.split)) if args.split else None
+    corpus = Corpus(args.store)
+    only = set(corpus.split(args.split)) if args.split else None
+    if args.kind:
+        kinds = corpus.program_kinds()
+        chosen = {s for s, kind in kinds.items() if kind == args.kind}
+        only = chosen if only is None else only & chosen
     with _executor(args) as executor:
         summary = compute_spectra(args.store, args.probes, executor=executor, workers=args.workers,
                                   timeout=args.timeout, progress=not args.quiet, only=only,
@@ -285,6 +290,7 @@ def add_parsers(sub) -> None:
     p.add_argument("store", metavar="STORE")
     p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
     p.add_argument("--split", metavar="NAME", help="only the modules of this split")
+    p.add_argument("--kind", choices=("small", "real"), help="only small programs or only real ones (projects)")
     _jobs(p)
     p.set_defaults(func=cmd_spectra)
 
