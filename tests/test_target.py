@@ -107,3 +107,12 @@ int main(void) {
     import subprocess
     assert subprocess.run([str(binary)], capture_output=True, text=True).stdout.strip() == "3088.0"
     assert main(["compile", str(source), "--objective", "speed", "--passes", "O2", "-o", str(binary)]) == 2
+
+
+def test_cli_compile_size_objective_keeps_the_modules_cpu(tmp_path, capsys):
+    source = tmp_path / "lib.c"
+    source.write_text(LOOP)
+    assert main(["compile", str(source), "-o", str(tmp_path / "lib.o")]) == 0
+    assert "target mode for the module CPU" in capsys.readouterr().out
+    assert main(["compile", str(source), "--cpu", "x86-64-v3", "-o", str(tmp_path / "lib.o")]) == 0
+    assert "target mode for x86-64-v3" in capsys.readouterr().out
