@@ -12,7 +12,7 @@ Example::
     >>> bpq.optimize(m, "Oz").instruction_count < m.instruction_count
     True
     >>> bpq.spectrum(m).shape
-    (100, 56)
+    (24, 56)
 
 The package is layered (see the README's Architecture section): ``core`` (LLVM, modules, passes, features),
 ``embedding`` (probe sets, spectra, quantizer, PQ-BERT, encoder), ``corpus``, ``training``, ``tasks``

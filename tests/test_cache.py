@@ -26,6 +26,10 @@ class CountingEngine:
         self.measured += len(bitcodes)
         return self.engine.autophase_after(bitcodes, pipelines, **kw)
 
+    def autophase_tree(self, roots, parents, edges, **kw):  # how spectra() runs probes (a prefix tree per module)
+        self.measured += len(roots)
+        return self.engine.autophase_tree(roots, parents, edges, **kw)
+
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
@@ -75,6 +79,14 @@ def test_failures_are_not_cached(engine, modules, tmp_path):
             features, errors = super().autophase_after(bitcodes, pipelines, **kw)
             features[0] = 0
             return features, [PassCrashError("crashed", module="m", pipeline_index=0)] + list(errors[1:])
+
+        def autophase_tree(self, roots, parents, edges, **kw):
+            features, kept, errors = super().autophase_tree(roots, parents, edges, **kw)
+            root = []
+            for p in parents:
+                root.append(-p - 1 if p < 0 else root[p])
+            crashed = PassCrashError("crashed", module="m")
+            return features, kept, [crashed if r == 0 else e for r, e in zip(root, errors)]
 
     cache = SpectrumCache(tmp_path / "cache")
     probes = random_probes(2, 2, seed=0)

@@ -37,9 +37,9 @@ def test_spectrum_outputs(tmp_path):
     npy, png = tmp_path / "s.npy", tmp_path / "s.png"
     out = bpq("spectrum", EXAMPLES / "matmul.c", "-o", npy, "--plot", png)
     assert out.returncode == 0, out.stderr
-    assert "100 probes x 56 features" in out.stdout
+    assert "24 probes x 56 features" in out.stdout
     values = np.load(npy)
-    assert values.shape == (100, 56) and values.dtype == np.float32
+    assert values.shape == (24, 56) and values.dtype == np.float32
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     data = json.loads(bpq("spectrum", EXAMPLES / "matmul.c", "--json").stdout)
     np.testing.assert_allclose(np.array(data["spectrum"], dtype=np.float32), values, atol=1e-6)
@@ -97,7 +97,7 @@ def test_demo(tmp_path):
     out = bpq("demo", "--out", tmp_path / "demo")
     assert out.returncode == 0, out.stderr
     assert "sum_array.c" in out.stdout and "-Oz    25" in out.stdout
-    assert np.load(tmp_path / "demo" / "spectra.npy").shape == (4, 100, 56)
+    assert np.load(tmp_path / "demo" / "spectra.npy").shape == (4, 24, 56)
     assert len(list((tmp_path / "demo").glob("*_spectrum.png"))) == 4
     embeddings = np.load(tmp_path / "demo" / "embeddings.npy")
     assert embeddings.shape == (4, 256) and np.isfinite(embeddings).all()

@@ -32,7 +32,7 @@ def test_spectrum_shape_and_consistency_with_optimize(examples):
     assert s.shape == (probes.num_probes, 56) and s.dtype == np.float32
     assert np.isfinite(s).all()
     original = bpq.autophase(module)
-    for i in (0, 17, 99):  # a row equals optimize-then-autophase, computed by a separate path
+    for i in (0, 17, probes.num_probes - 1):  # a row equals optimize-then-autophase, computed by a separate path
         after = bpq.autophase(bpq.optimize(module, list(probes.sequences[i])))
         np.testing.assert_array_equal(s[i], log_relative(original, after[None])[0])
 
@@ -68,8 +68,8 @@ def test_spectra_of_a_large_module_spread_over_workers(examples, tmp_path):
     np.testing.assert_array_equal(split.autophase, whole.autophase)
 
 
-def test_default_probe_set_is_the_searched_one_and_stable():
-    probes = bpq.load_probes()
+def test_searched_probe_set_still_ships_and_is_stable():
+    probes = bpq.load_probes("searched-p100-l50-s0")
     assert probes.name == "searched-p100-l50-s0" and not probes.provisional
     assert probes.num_probes == 100 and all(len(s) == 50 for s in probes.sequences)
     # The content hash covers the sequences and the LLVM major version: pinned so an edit cannot slip through.
@@ -80,13 +80,14 @@ def test_default_probe_set_is_the_searched_one_and_stable():
     assert bpq.load_probes(ROOT / "probes" / "searched-p100-l50-s0" / "searched-p100-l50-s0.json") == probes
 
 
-def test_provisional_probe_set_still_ships_and_is_stable():
-    from behavioral_pq.embedding.probes import PROVISIONAL_PROBES, shipped_probe_sets
-
-    assert set(shipped_probe_sets()) == {"searched-p100-l50-s0", PROVISIONAL_PROBES}
-    probes = bpq.load_probes(PROVISIONAL_PROBES)
-    assert probes.provisional and probes == random_probes(100, 50, seed=0)
-    assert probes.hash == random_probes(100, 50, seed=0).hash
+def test_default_probe_set_is_the_first_24_searched_probes():
+    probes, searched = bpq.load_probes(), bpq.load_probes("searched-p100-l50-s0")
+    assert probes.name == "searched-p24-l50-s0" and probes.sequences == searched.sequences[:24]
+    assert probes.hash == "e259107ef5bf6995140da0da26207defc1d4673948ddc00122b08cfd05f0d52d"
+    assert probes.search["from_hash"] == searched.hash
+    assert searched.pass_executions / probes.pass_executions >= 4
+    from conftest import ROOT
+    assert bpq.load_probes(ROOT / "probes" / "searched-p24-l50-s0" / "searched-p24-l50-s0.json") == probes
 
 
 def test_probe_set_round_trip(tmp_path):

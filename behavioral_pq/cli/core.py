@@ -180,6 +180,9 @@ def cmd_demo(args) -> int:
     print(f"wrote {out}/spectra.npy {batch.spectra.shape} and one spectrum heatmap per program in {out}/")
 
     encoder = load_encoder()
+    if encoder.probe_set.hash != probes.hash:  # the encoder reads spectra of the probe set it was pretrained on
+        batch = spectra(modules, encoder.probe_set, progress=sys.stderr.isatty())
+        batch.raise_first()
     vectors = encoder.embed_spectra(batch.spectra)                       # (N, D)
     np.save(out / "embeddings.npy", vectors)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
