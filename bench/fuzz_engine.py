@@ -253,6 +253,7 @@ def run_batch(specs: Sequence[dict], out: Path, workers: int, timeout: float) ->
     from behavioral_pq import autophase, instcount, load_module
     from behavioral_pq.core.engine import Engine, check_pipeline
     from behavioral_pq.corpus.labels import LABEL_PIPELINES, TOTAL_INSTS, label_row
+    from behavioral_pq.embedding.probes import load_probes
     from behavioral_pq.embedding.spectrum import spectra
     from behavioral_pq.errors import BPQError
 
@@ -313,7 +314,7 @@ def run_batch(specs: Sequence[dict], out: Path, workers: int, timeout: float) ->
 
         def run_spectra():
             batch = spectra([m for _, m in loaded], engine=engine)
-            assert batch.spectra.shape == (len(loaded), 100, 56)
+            assert batch.spectra.shape == (len(loaded), load_probes().num_probes, 56)
             assert all(np.isfinite(batch.spectra[i]).all() == (e is None) for i, e in enumerate(batch.errors))
             stage("spectrum", batch.errors, loaded)
 
