@@ -232,6 +232,46 @@ def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_wo
         assert done.returncode != 0 and message in done.stderr.lower() and "Traceback" not in done.stderr, args
 
 
+def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_world, engine, examples, tmp_path):
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import text_size
+
+    module = examples["matmul"]
+    target = Target(Target.host().triple, "", "")                # the module's own CPU, as bpq compile for size
+    counting = CountingEngine(engine)
+    found = recommend_pipeline(module, 5, library=lib_world["library"], engine=counting, objective="text-size",
+                               embedding=lib_world["encoder"].embed(module))
+    assert found.objective == "text-size" and found.compilations == 5 and len(found.tried) == 5
+    assert counting.pipelines >= found.compilations + 1          # every candidate and -Oz were compiled
+
+    def bytes_after(pipeline):
+        return text_size(bpq.optimize(module, pipeline, target=target).bitcode)
+
+    assert found.oz_text_size == bytes_after("Oz")               # independent re-measurements
+    assert found.text_size == bytes_after(found.pipeline) <= found.oz_text_size
+    assert found.improvement == found.oz_text_size / found.text_size >= 1.0
+    for steps, value in found.tried[:2]:                         # candidates scored by bytes, not instructions
+        assert value == bytes_after(" ".join(steps))
+    assert found.instruction_count == bpq.optimize(module, found.pipeline, target=target).instruction_count
+    with pytest.raises(ValueError, match="objective must be one of"):
+        recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, objective="runtime")
+    with pytest.raises(ValueError, match="learn=True needs the ir-count objective"):
+        recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, objective="text-size",
+                           learn=True)
+
+    done = bpq_cli("optimize", EXAMPLES / "matmul.c", "--auto", "--objective", "text-size", "--budget", "2",
+                   "--library", lib_world["root"] / "library", "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["objective"] == "text-size" and record["mode"] == "target" and record["target"]["cpu"] == ""
+    assert record["text_size"] <= record["oz_text_size"] == found.oz_text_size
+    assert record["instructions_after"] == record["instruction_count"]
+    for args, message in ((["--objective", "text-size", "--passes", "Oz"], "give --auto"),
+                          (["--auto", "--objective", "text-size", "--target", "measure"], "needs target mode")):
+        done = bpq_cli("optimize", EXAMPLES / "matmul.c", *args)
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, args
+
+
 def test_shipped_library_recommends_for_an_example():
     found = bpq.recommend_pipeline(EXAMPLES / "list_sort.c", budget=3)
     assert found.compilations == 3 and found.instruction_count <= found.oz_count

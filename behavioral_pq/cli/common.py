@@ -79,6 +79,15 @@ def cli_target(args):
     return resolve_target(args.target, args.cpu)
 
 
+def size_target(target):
+    """The target a size build uses when the user named none: the host's triple, keeping the CPU each function was
+    compiled for. The host's widest vector encodings are longer (47 shipped tasks: .text 1.002x clang -Oz's with
+    the module's CPU, 1.012x with the host's)."""
+    from dataclasses import replace
+
+    return replace(target, cpu="", features="")
+
+
 def program_flags(args) -> List[str]:
     """The clang flags of ``-I``, ``-D`` and ``--cflags``."""
     flags = [f"-I{d}" for d in args.include] + [f"-D{d}" for d in args.define]

@@ -17,6 +17,7 @@ from behavioral_pq.cli.common import (
     cli_target,
     load_program,
     parse_passes,
+    size_target,
     print_json,
 )
 from behavioral_pq.cli.guidance import run_auto
@@ -111,11 +112,16 @@ def cmd_optimize(args) -> int:
     module = load_program(args)
     found = None
     target = cli_target(args)
+    if args.objective != "ir-count" and not args.auto:
+        raise ValueError("--objective chooses what --auto minimizes: give --auto")
     if args.auto:
-        auto = run_auto(args, module)
+        if args.objective == "text-size" and target is not None and args.target == "host" and args.cpu is None:
+            target = size_target(target)
+        auto = run_auto(args, module, target)
         found, result = auto["recommendation"], auto["result"]
         pipeline = found.pipeline
-        if target is not None:  # chosen in measure mode (instruction counts); the code is made for the target
+        if target is not None and args.objective == "ir-count":
+            # chosen in measure mode (instruction counts); the code is made for the target
             result = optimize(module, pipeline, target=target)
     else:
         pipeline = parse_passes(args.passes)
@@ -136,9 +142,14 @@ def cmd_optimize(args) -> int:
     where = f"target mode, {target.cpu}" if target else "measure mode"
     print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%; {where})")
     if found is not None:
-        print(f"  -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
-              f"(IC_Oz / IC = {found.improvement:.3f}), found by {found.method} in {found.compilations} of "
-              f"{found.budget} compilations ({found.seconds:.2f} s)")
+        if found.objective == "text-size":
+            print(f"  .text: -Oz gives {found.oz_text_size} bytes; the recommended pipeline {found.text_size} "
+                  f"(-Oz / ours = {found.improvement:.3f})", end="")
+        else:
+            print(f"  -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
+                  f"(IC_Oz / IC = {found.improvement:.3f})", end="")
+        print(f", found by {found.method} in {found.compilations} of {found.budget} compilations "
+              f"({found.seconds:.2f} s)")
         print(f"  pipeline: {describe_steps(found.steps)}")
     if args.output:
         print(f"wrote {args.output}")
@@ -233,6 +244,10 @@ def add_parsers(sub) -> None:
                    help="let the embedding choose the pipeline (program library + search; never worse than -Oz)")
     p.add_argument("--budget", type=int, default=10, metavar="N",
                    help="with --auto: candidate compilations to try besides -Oz (default 10)")
+    p.add_argument("--objective", choices=("ir-count", "text-size"), default="ir-count",
+                   help="with --auto: what to minimize: IR instructions (default; CompilerGym's IrInstructionCount) "
+                        "or .text bytes of llc -O2's object in target mode (ObjectTextSizeBytes; each candidate "
+                        "compiled, so slower)")
     p.add_argument("--library", metavar="DIR", help="with --auto: program library (default: the shipped one)")
     p.add_argument("--learn", action="store_true",
                    help="with --auto: keep what the search found in the library (saved back to --library)")

@@ -31,18 +31,23 @@ def _encoder(args):
     return load_encoder(args.checkpoint) if getattr(args, "checkpoint", None) else None
 
 
-def run_auto(args, module) -> dict:
-    """``bpq optimize FILE --auto``: recommend, apply, verify, and say how it compares with -Oz."""
+def run_auto(args, module, target=None) -> dict:
+    """``bpq optimize FILE --auto``: recommend, apply, verify, and say how it compares with -Oz. ``target``: the
+    target of ``--objective text-size`` (its candidates are compiled for it)."""
     from behavioral_pq.tasks.guidance import load_library, recommend_and_optimize
 
+    objective = getattr(args, "objective", "ir-count")
     if args.learn and not args.library:
         raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
+    if objective == "text-size" and target is None:
+        raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder) if args.library or encoder else None
     if sys.stderr.isatty():
         print(f"embedding {module.name} (probes), then trying up to {args.budget} pipelines...", file=sys.stderr)
     found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn,
-                                           progress=sys.stderr.isatty())
+                                           progress=sys.stderr.isatty(), objective=objective,
+                                           target=target if objective == "text-size" else None)
     if args.learn:
         library.save(args.library)
     return {"recommendation": found, "result": result}

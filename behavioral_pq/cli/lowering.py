@@ -7,7 +7,6 @@ import argparse
 import json
 import textwrap
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from behavioral_pq.cli.common import (
@@ -17,6 +16,7 @@ from behavioral_pq.cli.common import (
     cli_target,
     load_program,
     parse_passes,
+    size_target,
 )
 
 LLM_HELP = """\
@@ -55,12 +55,16 @@ module becomes an object file (-o prog.o).
 
 """ + LLM_HELP
 
+#: The IR pipelines evaluate-lowering compares by default (see :func:`behavioral_pq.reports.lowering.evaluate_lowering`).
+DEFAULT_PIPELINES = "O3,Oz,opt:O3,target:O3,speed"
+
 EVALUATE_EPILOG = """\
 example (the project's report):
   bpq evaluate-lowering --out downstream        # writes downstream/lowering.md
 
-Runs llc on the task sets (IR optimized by -O3 and by -Oz), compares with clang-19 -O3 (llvm-mca cycles,
-runtime), and drives the LLM path through scripted scenarios on a loopback server. With --llm, a configured
+Runs llc on the task sets (IR optimized by -O3 and -Oz in measure mode, by opt-19 -O3, by -O3 in target mode
+for the host, and by the speed objective), compares with clang-19 -O3 and -O2 (llvm-mca cycles, runtime), and
+drives the LLM path through scripted scenarios on a loopback server. With --llm, a configured
 model endpoint is evaluated on the same tasks (ACC, ACC+Perf).
 
 """ + LLM_HELP
@@ -157,9 +161,7 @@ def cmd_compile(args) -> int:
     check_output(args.output)
     target = cli_target(args)
     if args.objective == "size" and target is not None and args.target == "host" and args.cpu is None:
-        # the host's widest vector encodings are longer: for size, keep the CPU the module was compiled for
-        # (47 shipped tasks: .text 1.002x clang -Oz's with it, 1.012x for the host CPU)
-        target = replace(target, cpu="", features="")
+        target = size_target(target)
     start = time.monotonic()
     module = load_program(args)
     where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"
@@ -174,10 +176,15 @@ def cmd_compile(args) -> int:
         optimized = module
     else:
         if args.auto_passes:
-            found = recommend_pipeline(module, args.budget)
+            # for size in target mode each candidate is compiled and its .text measured; in measure mode, the
+            # library's own objective (IR instructions) is all there is
+            objective = "text-size" if target is not None else "ir-count"
+            found = recommend_pipeline(module, args.budget, objective=objective, target=target)
             pipeline = found.pipeline
+            result = (f".text: -Oz gives {found.oz_text_size} bytes, this {found.text_size}" if target is not None
+                      else f"-Oz gives {found.oz_count} instructions, this {found.instruction_count}")
             print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
-                  f"compilations (-Oz gives {found.oz_count} instructions, this {found.instruction_count})")
+                  f"compilations ({result})")
             print("   pipeline:  " + textwrap.shorten(describe_steps(found.steps), 300, placeholder=" ..."))
         else:
             pipeline = parse_passes(args.passes or "Oz")
@@ -219,7 +226,7 @@ def cmd_evaluate_lowering(args) -> int:
 def _evaluate_command(args) -> str:
     """The command line that reproduces the report (options left at their defaults are not repeated)."""
     parts = [f"bpq evaluate-lowering --out {args.out}"]
-    for flag, value, default in (("--tasks", args.tasks, "all"), ("--pipelines", args.pipelines, "O3,Oz,opt:O3"),
+    for flag, value, default in (("--tasks", args.tasks, "all"), ("--pipelines", args.pipelines, DEFAULT_PIPELINES),
                                  ("--timing-runs", args.timing_runs, 5), ("--margin", args.margin, 0.05),
                                  ("--repairs", args.repairs, 3)):
         if value != default:
@@ -317,8 +324,9 @@ def add_parsers(sub) -> None:
                        epilog=EVALUATE_EPILOG, formatter_class=fmt)
     p.add_argument("--out", required=True, metavar="DIR", help="report folder")
     p.add_argument("--tasks", default="all", help="functions, kernels, all (default) or a task-set .json")
-    p.add_argument("--pipelines", default="O3,Oz,opt:O3",
-                   help="IR pipelines before llc: bpq passes, or opt:LEVEL for opt-19 (default O3,Oz,opt:O3)")
+    p.add_argument("--pipelines", default=DEFAULT_PIPELINES,
+                   help="IR pipelines before llc: bpq passes (measure mode), target:LEVEL (target mode on the host), "
+                        f"opt:LEVEL for opt-19, speed (the speed objective) (default {DEFAULT_PIPELINES})")
     p.add_argument("--timing-runs", type=int, default=5, help="process runs per timing (default 5)")
     p.add_argument("--margin", type=float, default=0.05, help="speedup margin before 'faster' (default 0.05)")
     p.add_argument("--llm", action="store_true", help="also evaluate the configured LLM endpoint")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -122,6 +123,26 @@ def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = Non
     if fp_contract:
         argv.insert(1, f"--fp-contract={fp_contract}")
     return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
+
+
+def text_size(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, relocation_model: str = "pic",
+              timeout: float = 120.0) -> int:
+    """Bytes of the ``.text`` sections (``.text`` and ``.text.*``) of ``llc-19 -O<opt_level>``'s object for the
+    module: CompilerGym's ObjectTextSizeBytes, and the text-size objective. ``cpu`` as in :func:`llc_assembly`.
+    Raises ToolError with llc's stderr."""
+    if opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
+    if relocation_model not in RELOCATION_MODELS:
+        raise ValueError(f"relocation model must be one of {RELOCATION_MODELS}, got {relocation_model!r}")
+    with tempfile.TemporaryDirectory(prefix="bpq-size-") as tmp:
+        obj = Path(tmp) / "m.o"
+        argv = [find_tool("llc"), f"-O{opt_level}", "-filetype=obj", f"--relocation-model={relocation_model}",
+                "-o", str(obj), "-"]
+        if cpu:
+            argv.insert(1, f"-mcpu={cpu}")
+        run_tool(argv, input=bitcode, timeout=timeout)
+        table = run_tool([find_tool("llvm-size"), "-A", str(obj)], timeout=timeout).stdout.decode()
+    return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
 
 
 def opt_bitcode(bitcode: bytes, level: str = "O3", *, timeout: float = 120.0) -> bytes:

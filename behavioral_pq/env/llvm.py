@@ -27,7 +27,7 @@ from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
-from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, run_tool
+from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, run_tool, text_size
 from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
@@ -81,12 +81,7 @@ class EnvState:
 
 def _text_size(bitcode: bytes) -> int:
     """Bytes of the .text sections of ``llc-19 -O2``'s object for the module."""
-    with tempfile.TemporaryDirectory(prefix="bpq-size-") as tmp:
-        obj = Path(tmp) / "m.o"
-        run_tool([find_tool("llc"), "-O2", "-filetype=obj", "--relocation-model=pic", "-o", str(obj), "-"],
-                 input=bitcode)
-        table = run_tool([find_tool("llvm-size"), "-A", str(obj)]).stdout.decode()
-    return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
+    return text_size(bitcode, opt_level=2)
 
 
 class StoreBenchmarks:

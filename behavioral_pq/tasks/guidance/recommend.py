@@ -16,9 +16,10 @@ from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.target import Target
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library
-from behavioral_pq.tasks.guidance.trials import Recommendation, Trials, recommendation_from
+from behavioral_pq.tasks.guidance.trials import Recommendation, Trials, check_objective, recommendation_from
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: 
 def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
                        engine=None, embedding: Optional[np.ndarray] = None, neighbors: int = 8,
                        retrieval_share: float = 0.5, seed: int = 0, learn: bool = False,
-                       neighbor_indices: Optional[Sequence[int]] = None, progress: bool = False) -> Recommendation:
+                       neighbor_indices: Optional[Sequence[int]] = None, progress: bool = False,
+                       objective: str = "ir-count", target: Optional[Target] = None) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
     Embeds the module, takes the pipelines of its ``neighbors`` nearest library programs ranked by
@@ -70,6 +72,10 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
         embedding: the module's embedding float32 (D,), when already known (skips the probes).
         learn: put what was measured into ``library`` (self-improvement; save it with ``library.save``).
         neighbor_indices: consult these library programs instead of the nearest (an ablation).
+        objective: ``"ir-count"`` (IR instructions in measure mode, what the library holds) or ``"text-size"``
+            (.text bytes of ``llc-19 -O2``'s object, each candidate run in target mode for ``target``: default
+            the host triple with the CPU each function was compiled for). The library's pipelines are the
+            candidates either way; text-size measures each by compiling it, so it costs more per candidate.
 
     Returns:
         a :class:`Recommendation`; ``recommendation.pipeline`` can be given to :func:`optimize`.
@@ -77,6 +83,9 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
 
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    check_objective(objective)
+    if learn and objective != "ir-count":
+        raise ValueError("learn=True needs the ir-count objective: the library holds instruction counts")
     start = time.perf_counter()
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
@@ -91,7 +100,7 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
     if neighbor_indices is None:
         neighbor_indices, _ = library.neighbors(embedding, neighbors)
     ranked = library.candidates(neighbor_indices)
-    trials = Trials(module, engine, budget)
+    trials = Trials(module, engine, budget, objective=objective, target=target)
     retrieve = budget if budget <= 2 else max(1, int(round(budget * retrieval_share)))
     trials.run([s for s, _ in ranked[:retrieve]], "library")
     vocabulary = sorted({x for s, _ in ranked[:retrieve] for x in s if x != OZ})
@@ -105,9 +114,11 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
 
 
 def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
-                           engine=None, learn: bool = False, progress: bool = False) -> Tuple[Recommendation, Module]:
+                           engine=None, learn: bool = False, progress: bool = False, objective: str = "ir-count",
+                           target: Optional[Target] = None) -> Tuple[Recommendation, Module]:
     """:func:`recommend_pipeline`, then the module optimized with the recommendation, re-run from scratch and
-    checked to give the count the search measured (``bpq optimize --auto``).
+    checked to give the count the search measured (``bpq optimize --auto``). With ``objective="text-size"`` the
+    module is optimized in target mode (``target``, default as in :func:`recommend_pipeline`).
 
     Raises:
         RuntimeError: the re-run gave another instruction count (a non-deterministic pass).
@@ -115,8 +126,10 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
     found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
-                               progress=progress)
-    result = optimize(module, found.pipeline, engine=engine)
+                               progress=progress, objective=objective, target=target)
+    if objective == "text-size":
+        target = target or Target(Target.host().triple, "", "")
+    result = optimize(module, found.pipeline, engine=engine, target=target)
     if result.instruction_count != found.instruction_count:
         raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "
                            f"when re-run, {found.instruction_count} when searched (non-deterministic pass?)")

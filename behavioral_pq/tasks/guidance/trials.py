@@ -8,7 +8,22 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from behavioral_pq.core.catalog import steps_pipeline
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.core.module import load_module
+from behavioral_pq.core.target import Target
+from behavioral_pq.core.toolchain import text_size
+from behavioral_pq.errors import BPQError
 from behavioral_pq.tasks.guidance.library import OZ, Steps
+
+#: What a pipeline search minimizes. ``ir-count``: IR instructions after the pipeline in measure mode
+#: (CompilerGym's IrInstructionCount; what the program library was built for). ``text-size``: bytes of the
+#: ``.text`` of ``llc-19 -O2``'s object after the pipeline in target mode (CompilerGym's ObjectTextSizeBytes).
+OBJECTIVES = ("ir-count", "text-size")
+
+
+def check_objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return objective
 
 
 class Trials:
@@ -16,13 +31,21 @@ class Trials:
 
     The -Oz reference is measured first and is not counted. Each new candidate costs one compilation; a
     candidate measured before costs nothing; a candidate that fails (crash, timeout, invalid result) costs one
-    and scores as unusable. ``history[i]`` is the best instruction count after i + 1 compilations.
+    and scores as unusable. ``counts`` hold the objective's value (IR instructions, or .text bytes for
+    ``text-size``); ``history[i]`` is the best value after i + 1 compilations.
+
+    ``target`` (text-size only): the :class:`~behavioral_pq.core.target.Target` the pipelines run for; default
+    the host's triple keeping the CPU each function was compiled for (what ``bpq compile`` does for size).
     """
 
-    def __init__(self, module, engine, budget: int):
+    def __init__(self, module, engine, budget: int, objective: str = "ir-count", target: Optional[Target] = None):
         self.module = module
         self.engine = engine
         self.budget = int(budget)
+        self.objective = check_objective(objective)
+        if objective == "text-size" and target is None:
+            target = Target(Target.host().triple, "", "")
+        self.target = target if objective == "text-size" else None
         self.counts: Dict[Steps, Optional[int]] = {}
         self.origin: Dict[Steps, str] = {}
         self.compilations = 0
@@ -38,13 +61,36 @@ class Trials:
         return self.budget - self.compilations
 
     def _measure(self, candidates: List[Steps]) -> Tuple[List[Optional[int]], list]:
-        """Instruction counts after each candidate (None where it failed), and the errors."""
-
+        """The objective's value after each candidate (None where it failed), and the errors."""
+        if self.objective == "text-size":
+            return self._measure_text(candidates)
         features, _, errors = self.engine.autophase_tree(
             [self.module.bitcode], [-1] * len(candidates), [steps_pipeline(s) for s in candidates],
             names=[self.module.name])
         total = AUTOPHASE_FEATURES.index("TotalInsts")
         return [None if e is not None else int(features[i, total]) for i, e in enumerate(errors)], errors
+
+    def _measure_text(self, candidates: List[Steps]) -> Tuple[List[Optional[int]], list]:
+        values: List[Optional[int]] = []
+        errors: List[Optional[BPQError]] = []
+        for steps in candidates:
+            try:
+                bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
+                                                   target=self.target)
+                values.append(text_size(bitcode, opt_level=2, cpu=self.target.cpu or None))
+                errors.append(None)
+            except BPQError as exc:  # a crashing pass or an llc failure: this candidate is unusable
+                values.append(None)
+                errors.append(exc)
+        return values, errors
+
+    def instruction_count(self, steps: Steps) -> int:
+        """IR instructions after ``steps`` in this search's mode (measured again; for reports)."""
+        if self.objective == "ir-count" and self.counts.get(tuple(steps)) is not None:
+            return int(self.counts[tuple(steps)])
+        bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
+                                           target=self.target)
+        return load_module(bitcode, name=self.module.name, engine=self.engine).instruction_count
 
     def run(self, candidates: Iterable[Steps], origin: str) -> None:
         """Measure the candidates not measured yet, as far as the budget goes (one batched engine call)."""
@@ -66,7 +112,7 @@ class Trials:
         return best, count
 
     def best_at(self, budget: int) -> int:
-        """The best instruction count after ``budget`` compilations (-Oz at 0)."""
+        """The best value of the objective after ``budget`` compilations (-Oz at 0)."""
         return min([self.oz_count] + self.history[:budget])
 
     def measured(self) -> Dict[Steps, int]:
@@ -79,12 +125,15 @@ class Recommendation:
 
     Attributes:
         steps: the pipeline, e.g. ``("-Oz", "-instcombine")``; ``pipeline`` its new-PM string.
-        instruction_count: measured after the pipeline; ``oz_count`` after -Oz; ``original_count`` as built.
+        instruction_count: IR instructions after the pipeline; ``oz_count`` after -Oz; ``original_count`` as
+            built (in target mode for the text-size objective).
+        objective: what the search minimized (see :data:`OBJECTIVES`).
+        text_size, oz_text_size: for ``text-size``: .text bytes after the pipeline and after -Oz (else None).
         compilations: candidate compilations spent (the budget counts these; -Oz is compiled besides).
         method: how the pipeline was found ("library", "local search", "random", "greedy" or "-Oz").
         neighbors: names of the library programs consulted (nearest first).
-        tried: every candidate measured, in order, with its count (None: it failed).
-        first_count: the count of the first candidate (the pure prediction of budget 1), or None.
+        tried: every candidate measured, in order, with the objective's value (None: it failed).
+        first_count: that value for the first candidate (the pure prediction of budget 1), or None.
         seconds: wall time, embedding included.
     """
 
@@ -101,10 +150,16 @@ class Recommendation:
     first_count: Optional[int] = None
     probe_compilations: int = 0
     seconds: float = 0.0
+    objective: str = "ir-count"
+    text_size: Optional[int] = None
+    oz_text_size: Optional[int] = None
 
     @property
     def improvement(self) -> float:
-        """IC_Oz / IC of the recommended pipeline (>= 1.0; 1.05 means 5% fewer instructions than -Oz)."""
+        """-Oz's value over the recommended pipeline's, for the objective: IC_Oz / IC, or .text bytes of -Oz over
+        ours (>= 1.0; 1.05 means 5% fewer instructions, or bytes, than -Oz)."""
+        if self.objective == "text-size":
+            return max(self.oz_text_size or 0, 1) / max(self.text_size or 0, 1)
         return max(self.oz_count, 1) / max(self.instruction_count, 1)
 
     def as_dict(self) -> dict:
@@ -112,7 +167,8 @@ class Recommendation:
                 "oz_count": self.oz_count, "original_count": self.original_count,
                 "improvement_over_oz": self.improvement, "method": self.method, "budget": self.budget,
                 "compilations": self.compilations, "probe_compilations": self.probe_compilations,
-                "neighbors": list(self.neighbors), "seconds": self.seconds}
+                "neighbors": list(self.neighbors), "seconds": self.seconds, "objective": self.objective,
+                "text_size": self.text_size, "oz_text_size": self.oz_text_size}
 
 
 def recommendation_from(trials: Trials, start: float, kind: Optional[str] = None, **extra) -> Recommendation:
@@ -121,7 +177,12 @@ def recommendation_from(trials: Trials, start: float, kind: Optional[str] = None
     steps, count = trials.best()
     method = "-Oz" if steps == (OZ,) else (kind or trials.origin[steps])
     tried = tuple((s, c) for s, c in trials.counts.items() if s != (OZ,))
-    return Recommendation(steps, steps_pipeline(steps), count, trials.oz_count, trials.module.instruction_count,
+    if trials.objective == "text-size":
+        extra.update(objective="text-size", text_size=count, oz_text_size=trials.oz_count)
+        count, oz_count = trials.instruction_count(steps), trials.instruction_count((OZ,))
+    else:
+        oz_count = trials.oz_count
+    return Recommendation(steps, steps_pipeline(steps), count, oz_count, trials.module.instruction_count,
                           trials.compilations, trials.budget, method, tried=tried,
                           first_count=tried[0][1] if tried else None, seconds=time.perf_counter() - start,
                           **extra)

@@ -1,0 +1,130 @@
+"""The size objective against clang-19 -Oz, in one run: .text bytes of each program built three ways.
+
+    python bench/size_objective.py [--tasks all] [--sources 'DIR/*.c' ...] [--cflags '...'] [--budget 50]
+                                   [--out bench/results]
+
+For each program (the shipped lowering tasks, and any C files given with --sources, e.g. the translation units
+of a real project):
+- ``clang -Oz``: ``clang-19 -Oz -c`` of the C source, .text bytes of the object (the baseline);
+- ``target -Oz``: the package's -Oz in target mode for the CPU the module was compiled for, ``llc-19 -O2``
+  (what ``bpq compile`` builds by default);
+- ``text-size@B``: :func:`recommend_pipeline` with ``objective="text-size"`` and budget B (candidates from the
+  program library, each compiled and measured; never worse than target -Oz).
+Ratios are ours over clang -Oz's (below 1: smaller); geometric means per group. Writes
+``size_objective.json`` and prints a markdown table.
+"""
+
+import argparse
+import glob
+import json
+import math
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def clang_oz_text(source: Path, flags) -> int:
+    from behavioral_pq.core.toolchain import find_tool, run_tool
+
+    with tempfile.TemporaryDirectory(prefix="bpq-size-") as tmp:
+        obj = Path(tmp, "o.o")
+        subprocess.run([find_tool("clang"), "-Oz", "-fPIC", "-c", *flags, str(source), "-o", str(obj)], check=True,
+                       capture_output=True)
+        table = run_tool([find_tool("llvm-size"), "-A", str(obj)]).stdout.decode()
+    return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
+
+
+def geomean(values):
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="all", help="shipped task set: functions, kernels, all, or none")
+    parser.add_argument("--sources", action="append", default=[], metavar="GLOB",
+                        help="C files to add (group: their folder's name); repeatable")
+    parser.add_argument("--cflags", default="", help="clang flags for --sources (both builds)")
+    parser.add_argument("--budget", type=int, default=50)
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+
+    from tqdm import tqdm
+
+    import behavioral_pq as bpq
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import text_size
+    from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.lowering.tasks import load_tasks
+    from behavioral_pq.tasks.guidance import default_library, recommend_pipeline
+
+    flags = shlex.split(args.cflags)
+    programs = [] if args.tasks == "none" else [("shipped tasks", t.name, t.source, []) for t in load_tasks(args.tasks)]
+    for pattern in args.sources:
+        for path in sorted(glob.glob(pattern)):
+            programs.append((Path(path).parent.name, Path(path).stem, Path(path), flags))
+    target = Target(Target.host().triple, "", "")
+    encoder = load_encoder()
+    library = default_library(encoder)
+    rows = []
+    for group, name, source, extra in tqdm(programs, desc="programs", unit="program"):
+        row = {"group": group, "name": name}
+        try:
+            row["clang_oz"] = clang_oz_text(source, extra)
+            module = bpq.load_module(source, flags=extra)
+            row["instructions"] = module.instruction_count
+            row["target_oz"] = text_size(bpq.optimize(module, "Oz", target=target).bitcode)
+            start = time.perf_counter()
+            found = recommend_pipeline(module, args.budget, library=library, encoder=encoder, objective="text-size",
+                                       target=target)
+            row["search_seconds"] = time.perf_counter() - start
+            row["searched"] = found.text_size
+            row["method"] = found.method
+            assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
+        except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+
+    groups = {}
+    for row in rows:
+        if "error" in row or not row["clang_oz"]:
+            continue
+        g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "searched": [], "seconds": []})
+        g["programs"] += 1
+        g["target_oz"].append(row["target_oz"] / row["clang_oz"])
+        g["searched"].append(row["searched"] / row["clang_oz"])
+        g["seconds"].append(row["search_seconds"])
+    summary = {name: {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"]),
+                      f"geomean_text_size_at_{args.budget}_vs_clang_oz": geomean(g["searched"]),
+                      "smaller_than_clang_oz": sum(r < 1 for r in g["searched"]),
+                      "larger_than_clang_oz": sum(r > 1 for r in g["searched"]),
+                      "median_search_seconds": sorted(g["seconds"])[len(g["seconds"]) // 2]}
+               for name, g in groups.items()}
+    result = {"config": {"budget": args.budget, "tasks": args.tasks, "sources": args.sources, "cflags": args.cflags,
+                         "target": target.to_dict(), "host": platform.processor() or platform.machine(),
+                         "command": " ".join(shlex.quote(a) for a in sys.argv)},
+              "summary": summary, "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "size_objective.json").write_text(json.dumps(result, indent=1))
+    print(f"| group | programs | target -Oz / clang -Oz | text-size@{args.budget} / clang -Oz | smaller | larger "
+          "| median search s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, s in summary.items():
+        print(f"| {name} | {s['programs']} | {s['geomean_target_oz_vs_clang_oz']:.3f} | "
+              f"{s[f'geomean_text_size_at_{args.budget}_vs_clang_oz']:.3f} | {s['smaller_than_clang_oz']} | "
+              f"{s['larger_than_clang_oz']} | {s['median_search_seconds']:.1f} |")
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        print(f"{len(failed)} programs failed: " + "; ".join(f"{r['name']}: {r['error'][:80]}" for r in failed[:5]))
+    print(f"wrote {out / 'size_objective.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
