@@ -250,6 +250,8 @@ def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_
     assert found.oz_text_size == bytes_after("Oz")               # independent re-measurements
     assert found.text_size == bytes_after(found.pipeline) <= found.oz_text_size
     assert found.improvement == found.oz_text_size / found.text_size >= 1.0
+    assert found.tried[0][0] == ("-Os",)                          # the size seed comes first
+    assert found.text_size <= found.tried[0][1]
     for steps, value in found.tried[:2]:                         # candidates scored by bytes, not instructions
         assert value == bytes_after(" ".join(steps))
     assert found.instruction_count == bpq.optimize(module, found.pipeline, target=target).instruction_count
