@@ -412,6 +412,27 @@ def test_cli_compile_auto_passes_builds_a_program_that_prints_the_same(tmp_path)
         subprocess.run([str(reference)], capture_output=True).stdout
 
 
+def test_cli_compile_for_size_keeps_the_smaller_of_oz_and_os(tmp_path):
+    """A counted loop: -Oz leaves it top-tested with its trip count computed, -Os rotates it and is smaller."""
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import text_size
+
+    source = tmp_path / "gather.c"
+    source.write_text("void gather(long n, double *restrict out, const double *restrict v, const unsigned *restrict i)"
+                      " { for (long k = 0; k < n; k++) out[k] = v[i[k] % n]; }\n")
+    module = load_module(source)
+    target = Target(Target.host().triple, "", "")
+    oz, os_ = (text_size(optimize(module, level, target=target).bitcode) for level in ("Oz", "Os"))
+    assert os_ < oz                                    # the premise: this loop is shorter rotated
+    proc = bpq("compile", str(source), "-o", str(tmp_path / "gather.o"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"2. passes     Os (.text: -Oz {oz} bytes, -Os {os_})" in proc.stdout
+    table = subprocess.run(["llvm-size-19", "-A", str(tmp_path / "gather.o")], capture_output=True, text=True).stdout
+    assert sum(int(line.split()[1]) for line in table.splitlines() if line.startswith(".text")) == os_
+    proc = bpq("compile", str(source), "--passes", "Oz", "-o", str(tmp_path / "oz.o"))
+    assert proc.returncode == 0 and "2. passes     Oz\n" in proc.stdout
+
+
 def test_lowering_package_docstring_example_runs():
     import doctest
 

@@ -147,7 +147,7 @@ def cmd_lower(args) -> int:
 
 def cmd_compile(args) -> int:
     from behavioral_pq.core.passes import optimize
-    from behavioral_pq.core.toolchain import assemble
+    from behavioral_pq.core.toolchain import assemble, text_size
     from behavioral_pq.lowering.backends import LlcBackend, lower
     from behavioral_pq.lowering.harness import defines_main, harness_for
     from behavioral_pq.lowering.speed import SpeedBackend
@@ -186,9 +186,15 @@ def cmd_compile(args) -> int:
             print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
                   f"compilations ({result})")
             print("   pipeline:  " + textwrap.shorten(describe_steps(found.steps), 300, placeholder=" ..."))
-        else:
+        elif args.passes or target is None:
             pipeline = parse_passes(args.passes or "Oz")
             print(f"2. passes     {args.passes or 'Oz'}")
+        else:  # size by default: -Oz, or -Os where its .text is smaller (it rotates loops; -Oz does not)
+            sizes = {level: text_size(optimize(module, level, target=target).bitcode, cpu=target.cpu or None)
+                     for level in ("Oz", "Os")}
+            level = "Os" if sizes["Os"] < sizes["Oz"] else "Oz"
+            pipeline = parse_passes(level)
+            print(f"2. passes     {level} (.text: -Oz {sizes['Oz']} bytes, -Os {sizes['Os']})")
         optimized = optimize(module, pipeline, target=target).verify()
         print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
