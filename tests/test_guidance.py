@@ -274,6 +274,34 @@ def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, args
 
 
+def test_libraries_merge_into_one_that_finds_the_same_programs(lib_world, tmp_path):
+    from behavioral_pq.tasks.guidance import merge_libraries
+
+    library = lib_world["library"]
+    half = len(library) // 2
+    parts = [ProgramLibrary(library.programs[a:b], library.embeddings[a:b], library.encoder)
+             for a, b in ((0, half), (half, len(library)))]
+    merged = merge_libraries(parts + [parts[0]])            # a program given twice is kept once
+    assert [p.program for p in merged.programs] == [p.program for p in library.programs]
+    assert np.array_equal(merged.embeddings, library.embeddings)
+    assert [p.results for p in merged.programs] == [p.results for p in library.programs]
+    nearest, distance = merged.neighbors(library.embeddings[half + 1], 1)   # found across the parts
+    assert distance[0] < 1e-6 and np.allclose(merged.embeddings[nearest[0]], library.embeddings[half + 1])
+    foreign = ProgramLibrary(parts[1].programs, parts[1].embeddings, dict(library.encoder, model_sha256="0" * 64))
+    with pytest.raises(LibraryError, match="different encoders"):
+        merge_libraries([parts[0], foreign])
+    done = bpq_cli("library", "merge", lib_world["root"] / "library", lib_world["root"] / "library",
+                   "--out", tmp_path / "merged")
+    assert done.returncode == 0, done.stderr
+    assert f"{len(library)} programs from 2 libraries" in done.stdout
+    assert len(load_library(tmp_path / "merged", encoder=lib_world["encoder"])) == len(library)
+
+
+def test_library_build_draws_programs_of_one_kind(lib_world, tmp_path):
+    done = bpq_cli("library", "build", "--corpus", lib_world["store"], "--out", tmp_path / "lib", "--kind", "real")
+    assert done.returncode != 0 and "no real programs in split 'train'" in done.stderr, done.stderr
+
+
 def test_shipped_library_recommends_for_an_example():
     found = bpq.recommend_pipeline(EXAMPLES / "list_sort.c", budget=3)
     assert found.compilations == 3 and found.instruction_count <= found.oz_count

@@ -58,11 +58,26 @@ def cmd_library_build(args) -> int:
     from behavioral_pq.tasks.guidance import build_library, choose_library_programs
 
     encoder = _encoder(args) or load_encoder()
-    programs = choose_library_programs(args.corpus, args.programs, encoder=encoder, split=args.split, seed=args.seed)
+    programs = choose_library_programs(args.corpus, args.programs, encoder=encoder, split=args.split, seed=args.seed,
+                                       kind=None if args.kind == "all" else args.kind,
+                                       max_instructions=args.max_instructions)
+    if not programs:
+        raise ValueError(f"{args.corpus}: no {'' if args.kind == 'all' else args.kind + ' '}programs in split "
+                         f"{args.split!r}")
     library = build_library(args.corpus, args.out, programs, encoder=encoder, seed=args.seed, progress=True,
                             overwrite=args.overwrite)
     better = sum(1 for p in library.programs if p.best()[1] < p.oz_count)
     print(f"wrote {args.out}: {len(library)} programs, {better} with a pipeline better than -Oz")
+    return 0
+
+
+def cmd_library_merge(args) -> int:
+    from behavioral_pq.tasks.guidance import load_library, merge_libraries
+
+    encoder = _encoder(args)
+    library = merge_libraries([load_library(path, encoder=encoder) for path in args.libraries])
+    library.save(args.out, overwrite=args.overwrite)
+    print(f"wrote {args.out}: {len(library)} programs from {len(args.libraries)} libraries")
     return 0
 
 
@@ -95,11 +110,23 @@ def add_parsers(sub) -> None:
     b.add_argument("--out", required=True, metavar="DIR", help="library folder to write")
     b.add_argument("--programs", type=int, default=1200, metavar="N", help="programs to search (default 1200)")
     b.add_argument("--split", default="train", help="split to draw programs from (default train)")
+    b.add_argument("--kind", choices=("all", "small", "real"), default="all",
+                   help="draw only small programs or only real programs (default all)")
+    b.add_argument("--max-instructions", type=int, metavar="N", help="leave out modules larger than N")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
     b.add_argument("--overwrite", action="store_true",
                    help="replace --out even when it holds something else than a program library")
     b.set_defaults(func=cmd_library_build)
+    m = lsub.add_parser("merge", help="one library from several built on the same encoder",
+                        description="Merge program libraries (e.g. the shipped one and one of real programs); "
+                                    "neighbours are searched over all their programs.")
+    m.add_argument("libraries", nargs="+", metavar="DIR", help="library folders")
+    m.add_argument("--out", required=True, metavar="DIR", help="library folder to write")
+    m.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
+    m.add_argument("--overwrite", action="store_true",
+                   help="replace --out even when it holds something else than a program library")
+    m.set_defaults(func=cmd_library_merge)
 
     p = sub.add_parser("evaluate-guidance", help="recommended pipelines vs -Oz, random and greedy search",
                        epilog=GUIDANCE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

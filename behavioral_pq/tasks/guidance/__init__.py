@@ -28,10 +28,11 @@ from behavioral_pq.tasks.guidance.library import (
     default_library,
     describe_steps,
     load_library,
+    merge_libraries,
 )
 from behavioral_pq.tasks.guidance.recommend import recommend_and_optimize, recommend_pipeline
 from behavioral_pq.tasks.guidance.trials import Recommendation, Trials
 
 __all__ = ["GENERIC", "OZ", "LibraryProgram", "ProgramLibrary", "Recommendation", "Steps", "Trials",
            "build_library", "choose_library_programs", "default_library", "describe_steps", "greedy_search",
-           "load_library", "random_search", "recommend_and_optimize", "recommend_pipeline", "search_program"]
+           "load_library", "merge_libraries", "random_search", "recommend_and_optimize", "recommend_pipeline", "search_program"]

@@ -131,12 +131,20 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
 
 
 def choose_library_programs(store: Union[str, os.PathLike], count: int, *, encoder=None, split: str = "train",
-                            seed: int = 0) -> List[str]:
+                            seed: int = 0, kind: Optional[str] = None,
+                            max_instructions: Optional[int] = None) -> List[str]:
     """``count`` module hashes drawn (seeded) from the store's ``split`` (every module when the store has no
-    splits), preferring modules whose spectra for the encoder's probe set are already measured."""
+    splits), preferring modules whose spectra for the encoder's probe set are already measured. ``kind``
+    ("small" or "real") and ``max_instructions`` narrow the pool."""
     encoder = encoder or load_encoder()
     corpus = Corpus(store)
     pool = corpus.split(split) or corpus.records(["sha256"]).column("sha256").to_pylist()
+    if kind is not None:
+        kinds = corpus.program_kinds()
+        pool = [s for s in pool if kinds.get(s) == kind]
+    if max_instructions is not None:
+        sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
+        pool = [s for s in pool if sizes.get(s, 0) <= max_instructions]
     try:
         have = {s for shas, _ in corpus.iter_spectra(encoder.probe_set, batch_size=4096) for s in shas}
         pool = sorted(set(pool) & have) or sorted(pool)

@@ -235,6 +235,37 @@ class ProgramLibrary:
         return index
 
 
+def merge_libraries(libraries: Sequence[ProgramLibrary]) -> ProgramLibrary:
+    """One library holding the programs of several built on the same encoder (for example one of small programs
+    and one of real programs). A program present in several keeps its first entry with the others' results merged
+    in. Standardization (mean, scale) is recomputed over all embeddings.
+
+    Raises:
+        LibraryError: no libraries, or libraries of different encoders.
+    """
+    if not libraries:
+        raise LibraryError("nothing to merge")
+    first = libraries[0]
+    for other in libraries[1:]:
+        if other.encoder != first.encoder:
+            raise LibraryError(f"cannot merge libraries of different encoders ({first.encoder} and {other.encoder})")
+    programs: List[LibraryProgram] = []
+    rows: List[np.ndarray] = []
+    seen: Dict[str, int] = {}
+    for library in libraries:
+        for program, row in zip(library.programs, library.embeddings):
+            if program.program in seen:
+                entry = programs[seen[program.program]]
+                entry.results.update({s: min(c, entry.results.get(s, c)) for s, c in program.results.items()})
+                continue
+            seen[program.program] = len(programs)
+            programs.append(LibraryProgram(program.program, program.name, program.instruction_count,
+                                           program.oz_count, dict(program.results)))
+            rows.append(row)
+    settings = {"merged": [dict(lib.settings, programs=len(lib)) for lib in libraries]}
+    return ProgramLibrary(programs, np.stack(rows), first.encoder, settings=settings)
+
+
 def merge_results(entry: LibraryProgram, results: Dict[Steps, int], keep: int) -> None:
     """Fold measured ``results`` into ``entry``: -Oz's count, the generic pipelines, and the ``keep`` best others
     (fewest instructions, then shortest)."""
