@@ -215,3 +215,6 @@ def test_leaderboard_on_a_small_store(tmp_path):
     assert "| all | 2 |" in text and "recommend_pipeline" in text
     rows = json.loads((tmp_path / "out" / "leaderboard.json").read_text())["rows"]
     assert all(r["counts"]["random-search"] <= r["oz"] for r in rows)
+    for r in rows:                                                # the budget, and the wall time, bound the two runs
+        assert r["compilations"]["recommend_pipeline"] <= 2
+        assert r["seconds"]["recommend_pipeline (same time)"] < 0.5 + 10   # one last batch may finish late

@@ -108,6 +108,24 @@ def test_recommendation_is_reproducible_by_an_independent_run_and_never_worse_th
         assert len(found.neighbors) == 8 and found.probe_compilations > 0
 
 
+def test_a_time_bound_search_stops_when_its_time_is_spent(lib_world, engine, examples):
+    import time
+
+    module = examples["list_sort"]
+    embedding = lib_world["encoder"].embed(module)
+    runs = {}
+    for seconds in (0.3, 2.0):
+        start = time.perf_counter()
+        found = recommend_pipeline(module, 100_000, library=lib_world["library"], engine=engine,
+                                   embedding=embedding, seconds=seconds)
+        runs[seconds] = (time.perf_counter() - start, found.compilations)
+        assert found.instruction_count <= found.oz_count
+    assert runs[0.3][0] < 0.3 + 1.5 and runs[2.0][0] < 2.0 + 1.5      # one last batch of 4 may run over
+    assert runs[0.3][1] < runs[2.0][1] < 100_000                     # time, not the budget, ended both
+    with pytest.raises(ValueError, match="seconds must be positive"):
+        recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, embedding=embedding, seconds=0)
+
+
 @pytest.mark.parametrize("budget", [0, 1, 3, 7])
 def test_every_search_respects_its_budget(lib_world, engine, examples, budget):
     module = examples["matmul"]

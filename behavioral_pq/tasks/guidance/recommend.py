@@ -45,10 +45,11 @@ def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Step
 
 
 def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: Sequence[str],
-                  batch: int = 4) -> None:
-    """Spend what is left of the budget on random edits of the best pipeline so far (``start`` while -Oz leads)."""
+                  batch: int = 4, deadline: Optional[float] = None) -> None:
+    """Spend what is left of the budget on random edits of the best pipeline so far (``start`` while -Oz leads),
+    until ``deadline`` (a ``time.perf_counter()`` value) if one is given."""
     stalls = 0
-    while trials.left > 0 and stalls < 50:
+    while trials.left > 0 and stalls < 50 and (deadline is None or time.perf_counter() < deadline):
         best = trials.best()[0]
         base = start if best == (OZ,) else best
         before = trials.compilations
@@ -60,7 +61,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
                        engine=None, embedding: Optional[np.ndarray] = None, neighbors: int = 8,
                        retrieval_share: float = 0.5, seed: int = 0, learn: bool = False,
                        neighbor_indices: Optional[Sequence[int]] = None, progress: bool = False,
-                       objective: str = "ir-count", target: Optional[Target] = None) -> Recommendation:
+                       objective: str = "ir-count", target: Optional[Target] = None,
+                       seconds: Optional[float] = None) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
     Embeds the module, takes the pipelines of its ``neighbors`` nearest library programs ranked by
@@ -80,6 +82,9 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             the host triple with the CPU each function was compiled for). The library's pipelines are the
             candidates either way (text-size tries -Os first); text-size measures each by compiling it, so it
             costs more per candidate.
+        seconds: also stop the local search once this much wall time has passed since the call (embedding
+            included); with a large ``budget`` this makes the search time-bound, as baselines given a fixed wall
+            time are. The library's candidates are always measured.
 
     Returns:
         a :class:`Recommendation`; ``recommendation.pipeline`` can be given to :func:`optimize`.
@@ -87,6 +92,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
 
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
     check_objective(objective)
     if learn and objective != "ir-count":
         raise ValueError("learn=True needs the ir-count objective: the library holds instruction counts")
@@ -114,7 +121,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
     trials.run([s for s, _ in ranked[:retrieve]], "library")
     vocabulary = sorted({x for s, _ in ranked[:retrieve] for x in s if x != OZ})
     rng = random.Random(f"{seed}:{module.sha256}")
-    _local_search(trials, ranked[0][0] if ranked else (OZ,), rng, vocabulary)
+    _local_search(trials, ranked[0][0] if ranked else (OZ,), rng, vocabulary,
+                  deadline=None if seconds is None else start + seconds)
     if learn and embedding is not None:
         library.learn(module.sha256, embedding, trials.measured(), name=module.name,
                       instruction_count=module.instruction_count, oz_count=trials.oz_count)
