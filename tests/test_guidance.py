@@ -244,6 +244,9 @@ def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_wo
                           ([bad, "--auto", "--library", library], "invalid"),
                           ([EXAMPLES / "matmul.c", "--auto", "--passes=-gvn"], "either --passes or --auto"),
                           ([EXAMPLES / "matmul.c", "--auto", "--budget", "-1"], "--budget"),
+                          ([EXAMPLES / "matmul.c", "--auto", "--seconds", "0", "--library", library],
+                           "seconds must be positive"),
+                          ([EXAMPLES / "matmul.c", "--passes", "Oz", "--seconds", "3"], "give --auto"),
                           ([EXAMPLES / "matmul.c", "--auto", "--learn"], "--learn needs --library"),
                           ([EXAMPLES / "matmul.c", "--auto", "--library", tmp_path], "not a program library")):
         done = bpq_cli("optimize", *args)

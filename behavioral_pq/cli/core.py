@@ -114,6 +114,8 @@ def cmd_optimize(args) -> int:
     target = cli_target(args)
     if args.objective != "ir-count" and not args.auto:
         raise ValueError("--objective chooses what --auto minimizes: give --auto")
+    if args.seconds is not None and not args.auto:
+        raise ValueError("--seconds limits the --auto search: give --auto")
     if args.auto:
         if args.objective == "text-size" and target is not None and args.target == "host" and args.cpu is None:
             target = size_target(target)
@@ -244,6 +246,8 @@ def add_parsers(sub) -> None:
                    help="let the embedding choose the pipeline (program library + search; never worse than -Oz)")
     p.add_argument("--budget", type=int, default=10, metavar="N",
                    help="with --auto: candidate compilations to try besides -Oz (default 10)")
+    p.add_argument("--seconds", type=float, metavar="S",
+                   help="with --auto: also stop searching after S seconds of wall time (embedding included)")
     p.add_argument("--objective", choices=("ir-count", "text-size"), default="ir-count",
                    help="with --auto: what to minimize: IR instructions (default; CompilerGym's IrInstructionCount) "
                         "or .text bytes of llc -O2's object in target mode (ObjectTextSizeBytes; each candidate "

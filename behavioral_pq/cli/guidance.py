@@ -47,7 +47,8 @@ def run_auto(args, module, target=None) -> dict:
         print(f"embedding {module.name} (probes), then trying up to {args.budget} pipelines...", file=sys.stderr)
     found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn,
                                            progress=sys.stderr.isatty(), objective=objective,
-                                           target=target if objective == "text-size" else None)
+                                           target=target if objective == "text-size" else None,
+                                           seconds=getattr(args, "seconds", None))
     if args.learn:
         library.save(args.library)
     return {"recommendation": found, "result": result}

@@ -132,7 +132,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
 
 def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
                            engine=None, learn: bool = False, progress: bool = False, objective: str = "ir-count",
-                           target: Optional[Target] = None) -> Tuple[Recommendation, Module]:
+                           target: Optional[Target] = None, seconds: Optional[float] = None,
+                           ) -> Tuple[Recommendation, Module]:
     """:func:`recommend_pipeline`, then the module optimized with the recommendation, re-run from scratch and
     checked to give the count the search measured (``bpq optimize --auto``). With ``objective="text-size"`` the
     module is optimized in target mode (``target``, default as in :func:`recommend_pipeline`).
@@ -143,7 +144,7 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
     found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
-                               progress=progress, objective=objective, target=target)
+                               progress=progress, objective=objective, target=target, seconds=seconds)
     if objective == "text-size":
         target = target or Target(Target.host().triple, "", "")
     result = optimize(module, found.pipeline, engine=engine, target=target)
