@@ -19,7 +19,6 @@ import glob
 import json
 import math
 import platform
-import re
 import shlex
 import subprocess
 import sys
@@ -29,14 +28,13 @@ from pathlib import Path
 
 
 def clang_oz_text(source: Path, flags) -> int:
-    from behavioral_pq.core.toolchain import find_tool, run_tool
+    from behavioral_pq.core.toolchain import find_tool, object_text_size
 
     with tempfile.TemporaryDirectory(prefix="bpq-size-") as tmp:
         obj = Path(tmp, "o.o")
         subprocess.run([find_tool("clang"), "-Oz", "-fPIC", "-c", *flags, str(source), "-o", str(obj)], check=True,
                        capture_output=True)
-        table = run_tool([find_tool("llvm-size"), "-A", str(obj)]).stdout.decode()
-    return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
+        return object_text_size(obj)
 
 
 def geomean(values):
@@ -68,7 +66,7 @@ def main() -> int:
     for pattern in args.sources:
         for path in sorted(glob.glob(pattern)):
             programs.append((Path(path).parent.name, Path(path).stem, Path(path), flags))
-    target = Target(Target.host().triple, "", "")
+    target = Target.module_cpus()
     encoder = load_encoder()
     library = default_library(encoder)
     rows = []

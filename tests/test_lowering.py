@@ -433,6 +433,13 @@ def test_cli_compile_for_size_keeps_the_smaller_of_oz_and_os(tmp_path):
     assert proc.returncode == 0 and "2. passes     Oz\n" in proc.stdout
 
 
+def test_cli_and_report_default_pipelines_agree():
+    from behavioral_pq.cli.lowering import DEFAULT_PIPELINES as CLI_DEFAULT
+    from behavioral_pq.reports.lowering import DEFAULT_PIPELINES
+
+    assert CLI_DEFAULT.split(",") == list(DEFAULT_PIPELINES)
+
+
 def test_lowering_package_docstring_example_runs():
     import doctest
 

@@ -79,13 +79,14 @@ def cli_target(args):
     return resolve_target(args.target, args.cpu)
 
 
-def size_target(target):
-    """The target a size build uses when the user named none: the host's triple, keeping the CPU each function was
-    compiled for. The host's widest vector encodings are longer (47 shipped tasks: .text 1.002x clang -Oz's with
-    the module's CPU, 1.012x with the host's)."""
-    from dataclasses import replace
+def size_target(args, target):
+    """The target of a size build: ``target``, or, when the user named no CPU (``--target host``), the host
+    keeping the CPU each function was compiled for (:meth:`~behavioral_pq.core.target.Target.module_cpus`)."""
+    from behavioral_pq.core.target import Target
 
-    return replace(target, cpu="", features="")
+    if target is not None and args.target == "host" and args.cpu is None:
+        return Target.module_cpus()
+    return target
 
 
 def program_flags(args) -> List[str]:

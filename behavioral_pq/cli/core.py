@@ -17,8 +17,8 @@ from behavioral_pq.cli.common import (
     cli_target,
     load_program,
     parse_passes,
-    size_target,
     print_json,
+    size_target,
 )
 from behavioral_pq.cli.guidance import run_auto
 
@@ -117,8 +117,8 @@ def cmd_optimize(args) -> int:
     if args.seconds is not None and not args.auto:
         raise ValueError("--seconds limits the --auto search: give --auto")
     if args.auto:
-        if args.objective == "text-size" and target is not None and args.target == "host" and args.cpu is None:
-            target = size_target(target)
+        if args.objective == "text-size":
+            target = size_target(args, target)
         auto = run_auto(args, module, target)
         found, result = auto["recommendation"], auto["result"]
         pipeline = found.pipeline

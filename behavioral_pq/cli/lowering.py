@@ -55,7 +55,8 @@ module becomes an object file (-o prog.o).
 
 """ + LLM_HELP
 
-#: The IR pipelines evaluate-lowering compares by default (see :func:`behavioral_pq.reports.lowering.evaluate_lowering`).
+#: evaluate-lowering's default --pipelines (kept equal to behavioral_pq.reports.lowering.DEFAULT_PIPELINES, which
+#: the CLI does not import before it runs; tests/test_lowering.py checks the two agree).
 DEFAULT_PIPELINES = "O3,Oz,opt:O3,target:O3,speed"
 
 EVALUATE_EPILOG = """\
@@ -147,11 +148,14 @@ def cmd_lower(args) -> int:
 
 def cmd_compile(args) -> int:
     from behavioral_pq.core.passes import optimize
-    from behavioral_pq.core.toolchain import assemble, text_size
+    from behavioral_pq.core.catalog import steps_pipeline
+    from behavioral_pq.core.engine import default_engine
+    from behavioral_pq.core.toolchain import assemble
     from behavioral_pq.lowering.backends import LlcBackend, lower
     from behavioral_pq.lowering.harness import defines_main, harness_for
     from behavioral_pq.lowering.speed import SpeedBackend
-    from behavioral_pq.tasks.guidance import describe_steps, recommend_pipeline
+    from behavioral_pq.tasks.guidance import Trials, describe_steps, recommend_pipeline
+    from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS
 
     if args.auto_passes and args.passes:
         raise ValueError("give --auto-passes or --passes, not both")
@@ -160,8 +164,8 @@ def cmd_compile(args) -> int:
                          "and --backend")
     check_output(args.output)
     target = cli_target(args)
-    if args.objective == "size" and target is not None and args.target == "host" and args.cpu is None:
-        target = size_target(target)
+    if args.objective == "size":
+        target = size_target(args, target)
     start = time.monotonic()
     module = load_program(args)
     where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"
@@ -189,12 +193,13 @@ def cmd_compile(args) -> int:
         elif args.passes or target is None:
             pipeline = parse_passes(args.passes or "Oz")
             print(f"2. passes     {args.passes or 'Oz'}")
-        else:  # size by default: -Oz, or -Os where its .text is smaller (it rotates loops; -Oz does not)
-            sizes = {level: text_size(optimize(module, level, target=target).bitcode, cpu=target.cpu or None)
-                     for level in ("Oz", "Os")}
-            level = "Os" if sizes["Os"] < sizes["Oz"] else "Oz"
-            pipeline = parse_passes(level)
-            print(f"2. passes     {level} (.text: -Oz {sizes['Oz']} bytes, -Os {sizes['Os']})")
+        else:  # size by default: -Oz, or -Os where its .text is smaller (the text-size search's first step)
+            trials = Trials(module, default_engine(), 1, objective="text-size", target=target)
+            trials.run([SIZE_SEEDS], "-Os")
+            steps, _ = trials.best()
+            pipeline = steps_pipeline(steps)
+            print(f"2. passes     {steps[0].lstrip('-')} (.text: -Oz {trials.oz_count} bytes, "
+                  f"-Os {trials.counts[SIZE_SEEDS] or 'failed'})")
         optimized = optimize(module, pipeline, target=target).verify()
         print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,

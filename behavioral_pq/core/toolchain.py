@@ -141,7 +141,12 @@ def text_size(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, 
         if cpu:
             argv.insert(1, f"-mcpu={cpu}")
         run_tool(argv, input=bitcode, timeout=timeout)
-        table = run_tool([find_tool("llvm-size"), "-A", str(obj)], timeout=timeout).stdout.decode()
+        return object_text_size(obj, timeout=timeout)
+
+
+def object_text_size(path: Path, *, timeout: float = 120.0) -> int:
+    """Bytes of the ``.text`` sections (``.text`` and ``.text.*``) of an object file, from ``llvm-size-19 -A``."""
+    table = run_tool([find_tool("llvm-size"), "-A", str(path)], timeout=timeout).stdout.decode()
     return sum(int(m.group(1)) for m in re.finditer(r"^\.text\S*\s+(\d+)", table, re.M))
 
 

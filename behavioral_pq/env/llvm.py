@@ -79,11 +79,6 @@ class EnvState:
                    float(data.get("walltime", 0.0)))
 
 
-def _text_size(bitcode: bytes) -> int:
-    """Bytes of the .text sections of ``llc-19 -O2``'s object for the module."""
-    return text_size(bitcode, opt_level=2)
-
-
 class StoreBenchmarks:
     """The modules of a corpus store as benchmark URIs, ``benchmark://STORE/SHA256`` (STORE: the store's folder,
     absolute), listed and sampled by split::
@@ -400,10 +395,10 @@ _OBSERVERS: Dict[str, Callable[[LlvmEnv, Module], Any]] = {
     "IrInstructionCountO0": lambda env, m: m.instruction_count,
     "IrInstructionCountO3": lambda env, m: optimize(m, "O3", engine=env.engine).instruction_count,
     "IrInstructionCountOz": lambda env, m: optimize(m, "Oz", engine=env.engine).instruction_count,
-    "ObjectTextSizeBytes": lambda env, m: _text_size(m.bitcode),
-    "ObjectTextSizeO0": lambda env, m: _text_size(m.bitcode),
-    "ObjectTextSizeO3": lambda env, m: _text_size(optimize(m, "O3", engine=env.engine).bitcode),
-    "ObjectTextSizeOz": lambda env, m: _text_size(optimize(m, "Oz", engine=env.engine).bitcode),
+    "ObjectTextSizeBytes": lambda env, m: text_size(m.bitcode),
+    "ObjectTextSizeO0": lambda env, m: text_size(m.bitcode),
+    "ObjectTextSizeO3": lambda env, m: text_size(optimize(m, "O3", engine=env.engine).bitcode),
+    "ObjectTextSizeOz": lambda env, m: text_size(optimize(m, "Oz", engine=env.engine).bitcode),
     "Runtime": lambda env, m: _runtime(m),
     "Spectrum": lambda env, m: spectrum(m, env.encoder.probe_set, engine=env.engine),
     "Codes": lambda env, m: env.encoder.codes(env._compute("Spectrum", m)[None])[0],

@@ -342,8 +342,12 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def evaluate_lowering(out: Path, *, tasks: str = "all",
-                      pipelines: Sequence[str] = ("O3", "Oz", "opt:O3", "target:O3", "speed"),
+#: The IR pipelines the lowering report compares by default: measure-mode -O3 and -Oz, opt-19 -O3, target-mode
+#: -O3 for the host, and the speed objective.
+DEFAULT_PIPELINES = ("O3", "Oz", "opt:O3", "target:O3", "speed")
+
+
+def evaluate_lowering(out: Path, *, tasks: str = "all", pipelines: Sequence[str] = DEFAULT_PIPELINES,
                       timing_runs: int = 5, margin: float = 0.05, repairs: int = 3, llm: Optional[LLMBackend] = None,
                       scripted: bool = True, command: str = "", progress: bool = False) -> Tuple[Dict, Path]:
     """Evaluate llc (after each of ``pipelines``) and, when given, the ``llm`` back end on a task set, run the

@@ -35,4 +35,5 @@ from behavioral_pq.tasks.guidance.trials import Recommendation, Trials
 
 __all__ = ["GENERIC", "OZ", "LibraryProgram", "ProgramLibrary", "Recommendation", "Steps", "Trials",
            "build_library", "choose_library_programs", "default_library", "describe_steps", "greedy_search",
-           "load_library", "merge_libraries", "random_search", "recommend_and_optimize", "recommend_pipeline", "search_program"]
+           "load_library", "merge_libraries", "random_search", "recommend_and_optimize", "recommend_pipeline",
+           "search_program"]

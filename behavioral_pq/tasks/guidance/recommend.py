@@ -146,7 +146,7 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
     found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
                                progress=progress, objective=objective, target=target, seconds=seconds)
     if objective == "text-size":
-        target = target or Target(Target.host().triple, "", "")
+        target = target or Target.module_cpus()
     result = optimize(module, found.pipeline, engine=engine, target=target)
     if result.instruction_count != found.instruction_count:
         raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "

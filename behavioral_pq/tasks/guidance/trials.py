@@ -44,10 +44,11 @@ class Trials:
         self.budget = int(budget)
         self.objective = check_objective(objective)
         if objective == "text-size" and target is None:
-            target = Target(Target.host().triple, "", "")
+            target = Target.module_cpus()
         self.target = target if objective == "text-size" else None
         self.counts: Dict[Steps, Optional[int]] = {}
         self.origin: Dict[Steps, str] = {}
+        self._kept: Dict[Steps, Tuple[int, bytes]] = {}  # text-size: -Oz's and the smallest candidates' results
         self.compilations = 0
         self.history: List[int] = []
         (self.oz_count,), (error,) = self._measure([(OZ,)])
@@ -79,17 +80,32 @@ class Trials:
                                                    target=self.target)
                 values.append(text_size(bitcode, opt_level=2, cpu=self.target.cpu or None))
                 errors.append(None)
+                self._keep(steps, bitcode, values[-1])
             except BPQError as exc:  # a crashing pass or an llc failure: this candidate is unusable
                 values.append(None)
                 errors.append(exc)
         return values, errors
 
+    def _keep(self, steps: Steps, bitcode: bytes, value: int) -> None:
+        """Keep the result of -Oz and of every candidate as small as the smallest so far (one of them is what
+        :meth:`best` returns), so that :meth:`instruction_count` needs no second run."""
+        if steps != (OZ,):
+            smallest = min((v for k, (v, _) in self._kept.items() if k != (OZ,)), default=value)
+            if value > smallest:
+                return
+            self._kept = {k: kept for k, kept in self._kept.items() if k == (OZ,) or kept[0] <= value}
+        self._kept[steps] = (value, bitcode)
+
     def instruction_count(self, steps: Steps) -> int:
-        """IR instructions after ``steps`` in this search's mode (measured again; for reports)."""
-        if self.objective == "ir-count" and self.counts.get(tuple(steps)) is not None:
-            return int(self.counts[tuple(steps)])
-        bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
-                                           target=self.target)
+        """IR instructions after ``steps`` in this search's mode (for reports; measured again unless the search
+        kept the result)."""
+        steps = tuple(steps)
+        if self.objective == "ir-count" and self.counts.get(steps) is not None:
+            return int(self.counts[steps])
+        bitcode = self._kept[steps][1] if steps in self._kept else None
+        if bitcode is None:
+            bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
+                                               target=self.target)
         return load_module(bitcode, name=self.module.name, engine=self.engine).instruction_count
 
     def run(self, candidates: Iterable[Steps], origin: str) -> None:
