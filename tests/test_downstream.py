@@ -24,8 +24,8 @@ from behavioral_pq.corpus.states import (
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.errors import PredictorError
-from behavioral_pq.reports.downstream import EvaluationConfig, evaluate
-from behavioral_pq.tasks.datasets import module_items, state_items
+from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _by_split, evaluate
+from behavioral_pq.tasks.datasets import ItemSet, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
     OzBenefitRegressor,
@@ -269,6 +269,27 @@ def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     first_mae = saved["tasks"]["oz"]["raw-spectrum"]["runs"][0]["mae"]
     assert abs(saved["slices"]["oz"]["all"]["raw-spectrum"] - first_mae) < 1e-9
     assert "By program kind and size" in text
+
+
+def test_train_on_keeps_one_kind_for_training_and_scores_the_whole_test_split():
+    n = 8
+    groups = [f"m{i}" for i in range(n)]
+    splits = ["train", "train", "train", "valid", "valid", "test", "test", "test"]
+    kind_of = {"m0": "real", "m1": "small", "m2": "real", "m3": "small", "m4": "real", "m5": "real", "m6": "small"}
+    items = ItemSet(groups, groups, splits, np.zeros((n, 56), np.int64), np.zeros((n, 3), np.int64),
+                    np.zeros((n, 2, 56), np.float32), np.arange(n), np.zeros((n, 124), np.int64), np.zeros(n, np.int64))
+    every = _by_split(items, kind_of)
+    assert [len(every[s]) for s in ("train", "valid", "test")] == [3, 2, 3]
+    real = _by_split(items, kind_of, "real")
+    assert real["train"].ids == ["m0", "m2"] and real["valid"].ids == ["m4"] and real["test"].ids == groups[5:]
+    small = _by_split(items, kind_of, "small")          # m7 has no origin recorded: small
+    assert small["train"].ids == ["m1"] and small["valid"].ids == ["m3"] and len(small["test"]) == 3
+    with pytest.raises(ValueError, match="no valid items.*small programs"):
+        _by_split(items, {**kind_of, "m3": "real"}, "small")     # both valid items real
+    with pytest.raises(ValueError, match="train_on"):
+        EvaluationConfig(train_on="large")
+    help_text = bpq_cli("evaluate", "--help").stdout
+    assert "--train-on {" + ",".join(TRAIN_ON) + "}" in help_text
 
 
 def bpq_cli(*args):

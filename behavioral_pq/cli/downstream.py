@@ -111,7 +111,7 @@ def cmd_evaluate(args) -> int:
         seeds = tuple(int(s) for s in args.seeds.split(","))
     except ValueError:
         raise ValueError(f"--seeds takes comma-separated integers, not {args.seeds!r}") from None
-    config = EvaluationConfig(seeds=seeds, train=TrainSettings(max_epochs=args.max_epochs))
+    config = EvaluationConfig(seeds=seeds, train_on=args.train_on, train=TrainSettings(max_epochs=args.max_epochs))
     say = None if args.quiet else (lambda line: print(f"[evaluate] {line}", file=sys.stderr, flush=True))
     report = evaluate(args.corpus, args.out, states=args.states, encoder=_encoder(args), ablations=ablations,
                       config=config, progress=say)
@@ -158,6 +158,9 @@ def add_parsers(sub) -> None:
                    help="an ablation encoder (kmeans=DIR, absolute=DIR); repeatable")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated head seeds (default 0,1,2)")
     p.add_argument("--max-epochs", type=int, default=200, metavar="N", help="MLP epochs at most (early stopping)")
+    p.add_argument("--train-on", choices=("all", "small", "real"), default="all",  # reports.downstream.TRAIN_ON
+                   help="programs the heads learn from (train and valid splits): all, or only small or only real "
+                        "ones; test is always scored whole (default all)")
     p.add_argument("--json", action="store_true", help="print the target checks as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_evaluate)

@@ -51,6 +51,10 @@ from behavioral_pq.tasks.estimators import (
 BASELINES = ("prior", "autophase", "instcount", "raw-spectrum")
 ABLATIONS = ("no-transformer", "kmeans", "absolute")
 MAIN = "pqbert"
+#: Which programs the heads learn from: every program of the train and valid splits, or one kind of them (the
+#: test split is always scored whole). ``"small"`` measures what a model that never saw a real program does on
+#: real programs, next to one that did, on the same test items.
+TRAIN_ON = ("all", "small", "real")
 
 
 @dataclass
@@ -61,7 +65,12 @@ class EvaluationConfig:
     knn_k: int = 5
     tsne_points: int = 1500
     confusion_passes: int = 10
+    train_on: str = "all"
     train: TrainSettings = field(default_factory=TrainSettings)
+
+    def __post_init__(self):
+        if self.train_on not in TRAIN_ON:
+            raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}, got {self.train_on!r}")
 
 
 # -- representations -------------------------------------------------------------------------------------------
@@ -143,12 +152,18 @@ def _summarize(runs: List[dict], metrics: Sequence[str]) -> dict:
     return out
 
 
-def _by_split(items: ItemSet) -> Dict[str, ItemSet]:
+def _by_split(items: ItemSet, kind_of: Dict[str, str], train_on: str = "all") -> Dict[str, ItemSet]:
+    """Train, valid and test items; with ``train_on`` "small" or "real", train and valid keep that kind only."""
     parts = {name: items.split(name) for name in ("train", "valid", "test")}
+    if train_on != "all":
+        for name in ("train", "valid"):
+            part = parts[name]
+            parts[name] = part.subset(np.array([kind_of.get(g, "small") == train_on for g in part.groups], bool))
     empty = [name for name, part in parts.items() if not len(part)]
     if empty:
         raise ValueError(f"no {', '.join(empty)} items: the corpus must be split (bpq corpus split) and hold "
-                         "labelled modules with spectra in each split")
+                         "labelled modules with spectra in each split"
+                         + (f" (of {train_on} programs for train and valid)" if train_on != "all" else ""))
     return parts
 
 
@@ -180,7 +195,8 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
                              f"{encoder.probe_set.name}; they must match")
     start = time.perf_counter()
     say("reading labelled modules with spectra")
-    modules = _by_split(module_items(store, encoder.probe_set))
+    kind_of = Corpus(store).program_kinds()
+    modules = _by_split(module_items(store, encoder.probe_set), kind_of, config.train_on)
     report: dict = {"store": str(Path(store).resolve()), "states": str(Path(states).resolve()) if states else None,
                     "encoder": {"path": str(encoder.path), "pooling": encoder.pooling,
                                 "model_sha256": encoder.config.get("files", {}).get("model.safetensors"),
@@ -208,7 +224,7 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
     figures = {}
     if states is not None:
         say("reading states")
-        state_parts = _by_split(state_items(states))
+        state_parts = _by_split(state_items(states), kind_of, config.train_on)
         report["items"]["states"] = {k: len(v) for k, v in state_parts.items()}
         report["items"]["state_programs"] = {k: len(set(v.groups)) for k, v in state_parts.items()}
         say("representations of states")
@@ -237,7 +253,6 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
         figures["tsne"] = tsne_figure(module_reps["test"][MAIN], sets1["test"], out / "tsne-task1.png",
                                       config.tsne_points, title="PQ-BERT embeddings of test modules, "
                                       "coloured by best pass")
-    kind_of = Corpus(store).program_kinds()
     report["slices"] = {"task1": _task_slices(tasks["task1"], names, modules["test"], sets1["test"], kind_of),
                         "oz": _task_slices(tasks["oz"], names, modules["test"], oz["test"], kind_of)}
     if "task1b" in tasks:
@@ -396,6 +411,8 @@ def markdown(report: dict) -> str:
              f"(pooling {report['encoder']['pooling']}). Seeds {seeds}: each MLP is trained on train, stopped "
              "early on valid and scored on **test**; values are mean ± standard deviation over seeds (the prior is "
              "deterministic). Accuracies and MAE in percentage points.", "",
+             *([f"**Trained on {report['config']['train_on']} programs only**: train and valid hold only those; "
+                "test is whole.", ""] if report["config"].get("train_on", "all") != "all" else []),
              "Items: " + ", ".join(f"{what} {counts}" for what, counts in report["items"].items()), "",
              f"Versions: {json.dumps(report['versions'])}", ""]
     if "task1b" in tasks:
