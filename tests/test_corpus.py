@@ -519,3 +519,56 @@ def test_spectra_job_for_one_kind_of_program(tmp_path):
     corpus = Corpus(store)
     measured = corpus.store.keys("spectra", probe_set=probes.hash)
     assert measured == {s for s, k in corpus.program_kinds().items() if k == "real"} and len(measured) == 1
+
+
+def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):
+    """Two executables of one project, found as a static linker finds archive members: each main unit with the
+    units that define what it uses, transitively; an unused unit and another main stay out; a symbol two units
+    define comes from the first by path; libc stays undefined. The programs land in the project's split."""
+    from behavioral_pq.cli.main import main
+    from behavioral_pq.corpus.programs import program_items, project_units, symbols, whole_programs
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    sources = {
+        "app.c": "#include <stdio.h>\nint parse(const char*);\nint main(int c, char** v) "
+                 "{ printf(\"%d\\n\", parse(v[0])); return 0; }\n",
+        "tool.c": "int checksum(int);\nint main(void) { return checksum(7); }\n",
+        "parse.c": "int scale(int);\nint parse(const char* s) { int n = 0; while (*s) n += scale(*s++); return n; }\n",
+        "a_scale.c": "int scale(int x) { return 3 * x; }\nint checksum(int x) { return x ^ 0x5a; }\n",
+        "b_scale.c": "int scale(int x) { return 5 * x; }\n",       # defines scale too: a_scale.c comes first
+        "unused.c": "int unused(int x) { return x - 1; }\n",
+    }
+    for name, text in sources.items():
+        (project / name).write_text(text)
+    (project / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(project), "file": name, "arguments": ["cc", "-c", name]} for name in sources]))
+    store = tmp_path / "s"
+    build_corpus(from_compile_commands(project / "compile_commands.json", project="p"), store, workers=1,
+                 labels=False)
+
+    units, bitcode, group = project_units(store, "p")
+    assert group == "p" and len(units) == len(sources)
+    by_name = {Path(u.source).name: u for u in units}
+    assert "main" in by_name["app.c"].defined and {"parse", "printf"} <= by_name["app.c"].used
+    assert symbols(bitcode[by_name["unused.c"].sha256]) == (frozenset({"unused"}), frozenset())
+    programs = {p.name: [Path(u.source).name for u in p.units] for p in whole_programs(units)}
+    assert programs == {"app": ["app.c", "parse.c", "a_scale.c"], "tool": ["tool.c", "a_scale.c"]}
+
+    assert main(["corpus", "link", str(store), "--project", "p", "--workers", "1", "--no-labels", "-q"]) == 0
+    assert main(["corpus", "link", str(store), "--project", "p", "--workers", "1", "--no-labels", "-q"]) == 0
+    corpus = Corpus(store)
+    rows = [r for r in corpus.store.read("inputs", ["sha256", "sources", "status", "group"]).to_pylist()
+            if len(r["sources"]) > 1]
+    assert len(rows) == 2 and all(r["status"] == "ok" and r["group"] == "p" for r in rows)   # built once
+    linked = {len(r["sources"]): r["sha256"] for r in rows}
+    app = next(m for m in corpus.iter_modules(only={linked[3]}))
+    text = app.text()
+    assert "define dso_local i32 @main" in text and "define dso_local i32 @scale" in text
+    assert "mul nsw i32 3," in text and "mul nsw i32 5," not in text and "@unused" not in text
+    split_corpus(store, seed=0)
+    assert len(set(Corpus(store).store.splits().values())) == 1    # the programs sit with their units
+    items, _ = program_items(store, "p")
+    assert all(Path(s).parent == store / "programs" / "p" for item in items for s in item.sources)
+    with pytest.raises(CorpusError, match="no unit of project 'q'"):
+        project_units(store, "q")

@@ -91,6 +91,37 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_link(args) -> int:
+    from behavioral_pq.corpus import build_corpus
+    from behavioral_pq.corpus.programs import program_items
+
+    totals = {"projects": {}, "programs": 0}
+    for project in args.project:
+        items, programs = program_items(args.store, project, args.units_dir)
+        sizes = [len(p.units) for p in programs]
+        totals["projects"][project] = {"programs": len(programs), "units": sizes,
+                                       "names": [p.name for p in programs]}
+        totals["programs"] += len(programs)
+        if not args.quiet and not args.json:
+            print(f"{project}: {len(programs)} programs of 2 or more units"
+                  + (f" ({', '.join(f'{p.name}: {len(p.units)}' for p in programs[:8])}"
+                     f"{', ...' if len(programs) > 8 else ''})" if programs else ""), file=sys.stderr)
+        if not items:
+            continue
+        with _executor(args) as executor:
+            summary = build_corpus(items, args.store, labels=not args.no_labels, executor=executor,
+                                   workers=args.workers, chunk_size=1, timeout=args.timeout,
+                                   progress=not args.quiet, flush_seconds=args.flush_seconds, total=len(items),
+                                   description={"command": "corpus link", "project": project,
+                                                "programs": totals["projects"][project]["names"]})
+        totals["projects"][project]["build"] = summary.to_dict()
+        if not args.json:
+            _print_summary(f"corpus link {project} -> {args.store}", summary, False)
+    if args.json:
+        print(json.dumps(totals, indent=1))
+    return 0
+
+
 def cmd_generate(args) -> int:
     from behavioral_pq.corpus.csmith import generate_csmith
 
@@ -272,6 +303,25 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-count", action="store_true", help="do not count the inputs first (no total in the bar)")
     _jobs(p)
     p.set_defaults(func=cmd_build)
+
+    p = csub.add_parser("link", help="whole programs of a stored project: each unit defining main, linked with "
+                        "the units it needs", formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="For each unit of PROJECT that defines main, find the units it needs the way a "
+                        "static linker takes members of an archive (the first unit by source path that defines a "
+                        "symbol the program uses; units defining another main are other programs; symbols no unit "
+                        "defines are the libraries'), link them with llvm-link-19 and add the program to the "
+                        "store with labels, in the project's split group. Programs of one unit are that unit, "
+                        "already stored. Resumable.",
+                        epilog="example:\n  bpq corpus build --compile-commands lua/compile_commands.json --project lua "
+                        "--out store\n  bpq corpus link store --project lua")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--project", action="append", required=True, metavar="NAME",
+                   help="a project built into STORE with --project NAME (repeatable)")
+    p.add_argument("--units-dir", metavar="DIR", help="where the units' bitcode is written for linking "
+                   "(default STORE/programs)")
+    p.add_argument("--no-labels", action="store_true", help="skip the 124-pass, -Oz and -O3 labels")
+    _jobs(p)
+    p.set_defaults(func=cmd_link)
 
     p = csub.add_parser("generate", help="write random C programs with Csmith")
     p.add_argument("--csmith", type=int, required=True, metavar="N", help="number of programs")

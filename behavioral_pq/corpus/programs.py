@@ -1,0 +1,171 @@
+"""Whole programs of a project: each translation unit that defines ``main``, linked with the units it needs.
+
+A compile database (CMake's, or ``bear``'s) records compilations, not links, so which units make up an executable
+is found the way a static linker takes members from an archive: start from a unit that defines ``main``; while the
+program uses a symbol that it does not define, add the unit that defines it (the first by source path when several
+do, as in archive order). Units that define another ``main`` are never added (they are other programs), and symbols
+that no unit defines are the libraries' (libc, libm, ...). A program of one unit is that unit, already in the store,
+so only programs of two or more units are built.
+
+The units are read from the store (the project's prepared modules, built by ``bpq corpus build --compile-commands
+--project NAME``), written content-addressed under a units folder and linked with ``llvm-link-19`` as an ordinary
+corpus input: origin ``project:NAME`` and the project's split group, so a program and its units always land in the
+same split, and a second run resumes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from behavioral_pq.core.toolchain import find_tool, run_tool
+from behavioral_pq.corpus.buckets import project_origin
+from behavioral_pq.corpus.inputs import InputItem, make_item
+from behavioral_pq.corpus.store import CorpusStore
+from behavioral_pq.errors import CorpusError, ToolError
+
+ENTRY = "main"
+#: ``llvm-nm -P`` symbol types that are references, not definitions (undefined, weak undefined).
+_UNDEFINED_TYPES = {"U", "w", "v"}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One translation unit of a project, as stored.
+
+    Attributes:
+        sha256: the stored module. source: its source file (for names and order only; never opened).
+        defined / used: external symbols it defines / references without defining.
+    """
+
+    sha256: str
+    source: str
+    defined: FrozenSet[str]
+    used: FrozenSet[str]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole program: ``units[0]`` defines ``main``; the rest are what it needs, in the order they were added."""
+
+    units: Tuple[Unit, ...]
+
+    @property
+    def name(self) -> str:
+        return Path(self.units[0].source).stem
+
+
+def symbols(bitcode: bytes, *, timeout: float = 60.0) -> Tuple[FrozenSet[str], FrozenSet[str]]:
+    """External symbols a module defines and those it references without defining (``llvm-nm-19 -P``).
+
+    Raises:
+        ToolError: llvm-nm cannot read the module.
+    """
+    out = run_tool([find_tool("llvm-nm"), "--extern-only", "-P", "-"], input=bitcode, timeout=timeout).stdout
+    defined, used = set(), set()
+    for line in out.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        (used if parts[1] in _UNDEFINED_TYPES else defined).add(parts[0])
+    return frozenset(defined), frozenset(used - defined)
+
+
+def whole_programs(units: Sequence[Unit]) -> List[Program]:
+    """Every program of ``units``: one per unit that defines ``main``, closed over the symbols it uses.
+
+    Deterministic: candidates are taken by source path, then hash; a program's units are in the order they were
+    added (a breadth-first walk from the ``main`` unit)."""
+    ordered = sorted(units, key=lambda u: (u.source, u.sha256))
+    definer: Dict[str, Unit] = {}
+    for unit in ordered:
+        if ENTRY in unit.defined:
+            continue
+        for symbol in unit.defined:
+            definer.setdefault(symbol, unit)
+    programs = []
+    for root in (u for u in ordered if ENTRY in u.defined):
+        chosen, queue, defined = [root], [root], set(root.defined)
+        taken = {root.sha256}
+        while queue:
+            unit = queue.pop(0)
+            for symbol in sorted(unit.used):
+                if symbol in defined or symbol not in definer:
+                    continue
+                member = definer[symbol]
+                if member.sha256 in taken:
+                    continue
+                taken.add(member.sha256)
+                chosen.append(member)
+                queue.append(member)
+                defined |= member.defined
+        programs.append(Program(tuple(chosen)))
+    return programs
+
+
+def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[str, bytes], str]:
+    """The stored units of ``project`` with their symbols, their bitcode by hash, and the project's split group.
+
+    Raises:
+        CorpusError: the store holds no unit of the project.
+    """
+    corpus = CorpusStore(store)
+    origin = project_origin(project)
+    first_source: Dict[str, str] = {}
+    groups = set()
+    inputs = corpus.read("inputs", ["sha256", "origin", "group", "status", "sources"])
+    for sha, row_origin, group, status, sources in zip(*(c.to_pylist() for c in inputs.columns)):
+        if row_origin == origin and status == "ok" and len(sources) == 1:
+            groups.add(group)
+            if sha not in first_source or sources[0] < first_source[sha]:
+                first_source[sha] = sources[0]
+    if not first_source:
+        raise CorpusError(f"{store}: no unit of project {project!r} (build it first: bpq corpus build "
+                          f"--compile-commands FILE --project {project} --out {store})")
+    if len(groups) != 1:
+        raise CorpusError(f"{store}: the units of project {project!r} are in {len(groups)} split groups "
+                          "(built with --group-regex); a whole program needs one")
+    bitcode: Dict[str, bytes] = {}
+    for batch in corpus.iter_batches("modules", ["sha256", "bitcode"], batch_size=256):
+        for sha, data in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            if sha in first_source:
+                bitcode[sha] = data
+    units = []
+    for sha, source in sorted(first_source.items(), key=lambda kv: kv[1]):
+        try:
+            defined, used = symbols(bitcode[sha])
+        except ToolError:   # a module llvm-nm cannot read cannot be linked either: leave it out
+            continue
+        units.append(Unit(sha, source, defined, used))
+    return units, bitcode, groups.pop()
+
+
+def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathLike] = None
+                  ) -> Tuple[List[InputItem], List[Program]]:
+    """Corpus inputs for the whole programs of ``project`` (two or more units each) and the programs.
+
+    Each unit's bitcode is written once to ``units_dir/NAME/<sha256>.bc`` (default ``STORE/programs``); an item's
+    sources are those files, the ``main`` unit first.
+    """
+    units, bitcode, group = project_units(store, project)
+    programs = [p for p in whole_programs(units) if len(p.units) > 1]
+    folder = Path(units_dir if units_dir is not None else Path(store) / "programs") / project
+    folder.mkdir(parents=True, exist_ok=True)
+    items = []
+    for program in programs:
+        paths = []
+        for unit in program.units:
+            path = folder / f"{unit.sha256}.bc"
+            if not path.is_file() or path.stat().st_size != len(bitcode[unit.sha256]):
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_bytes(bitcode[unit.sha256])
+                os.replace(tmp, path)
+            paths.append(path)
+        items.append(make_item(paths, language=None, flags=(), cwd=None, origin=project_origin(project),
+                               group=group))
+    return items, programs
+
+
+__all__ = ["Program", "Unit", "program_items", "project_units", "symbols", "whole_programs"]
