@@ -561,6 +561,7 @@ def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):
     rows = [r for r in corpus.store.read("inputs", ["sha256", "sources", "status", "group"]).to_pylist()
             if len(r["sources"]) > 1]
     assert len(rows) == 2 and all(r["status"] == "ok" and r["group"] == "p" for r in rows)   # built once
+    assert corpus.info()["linked_modules"] == 2
     linked = {len(r["sources"]): r["sha256"] for r in rows}
     app = next(m for m in corpus.iter_modules(only={linked[3]}))
     text = app.text()

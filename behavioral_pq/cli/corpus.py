@@ -222,7 +222,8 @@ def cmd_info(args) -> int:
     print(f"{info['path']}  (LLVM {info['llvm_version']}, {info['shards']} shards, {info['bytes'] / 1e6:.1f} MB)")
     print(f"inputs: {inputs['total']} ({inputs['ok']} ok, {inputs['failed']} failed); by origin: "
           + ", ".join(f"{k} {v}" for k, v in inputs["by_origin"].items()))
-    print(f"modules: {info['modules']} distinct ({info['duplicates']} duplicate inputs)")
+    print(f"modules: {info['modules']} distinct ({info['duplicates']} duplicate inputs; "
+          f"{info['linked_modules']} linked from several units: --per directory, bpq corpus link)")
     if sizes["count"]:
         print("instructions: " + ", ".join(f"{k} {sizes[k]:g}" for k in ("min", "p10", "median", "p90", "max")))
         buckets = list(info["by_size"])

@@ -186,8 +186,10 @@ class Corpus:
         """Counts, size distribution, label distribution, failures, splits and spectra of the store."""
 
         manifest = self.store.refresh()
-        inputs = self.store.read("inputs", ["status", "stage", "error_kind", "origin", "sha256"])
+        inputs = self.store.read("inputs", ["status", "stage", "error_kind", "origin", "sha256", "sources"])
         status = inputs.column("status").to_pylist()
+        linked = [sha for sha, st, sources in zip(inputs.column("sha256").to_pylist(), status,
+                                                  inputs.column("sources").to_pylist()) if st == "ok" and len(sources) > 1]
         failures = Counter(f"{st}:{kind}" for s, st, kind in zip(status, inputs.column("stage").to_pylist(),
                                                                 inputs.column("error_kind").to_pylist())
                            if s != "ok")
@@ -201,6 +203,7 @@ class Corpus:
             "inputs": {"total": len(status), "ok": ok_inputs, "failed": len(status) - ok_inputs,
                        "by_origin": dict(origins.most_common())},
             "modules": len(sizes), "duplicates": ok_inputs - len(sizes),
+            "linked_modules": len(set(linked)),
             "failures": dict(failures.most_common()),
             "instruction_count": _distribution(sizes),
             "by_size": bucket_counts(sizes),
