@@ -14,7 +14,7 @@ from behavioral_pq.artifacts import encoder_identity, seal
 from behavioral_pq.corpus import build_corpus, discover, split_corpus
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
-from behavioral_pq.errors import LibraryError
+from behavioral_pq.errors import CorpusError, LibraryError
 from behavioral_pq.reports.guidance import METHODS, evaluate_guidance
 from behavioral_pq.tasks.guidance import (
     OZ,
@@ -209,6 +209,17 @@ def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engi
     assert everything["programs"] == report["programs"]
     assert everything["pqbert-library"] == report["geomean_oz_over_method"]["pqbert-library"]
     assert "By program kind and size" in text and {r["kind"] for r in rows} == {"small"}
+    smallest = min(r["instruction_count"] for r in rows)
+    narrowed = evaluate_guidance(lib_world["store"], tmp_path / "narrow", library=lib_world["library"],
+                                 encoder=lib_world["encoder"], engine=engine, split="test", programs=4, budgets=(1,),
+                                 kind="small", max_instructions=smallest)
+    assert narrowed["programs"] >= 1 and narrowed["max_instructions"] == smallest
+    assert all(json.loads(line)["instruction_count"] <= smallest
+               for line in (tmp_path / "narrow" / "per_program.jsonl").read_text().splitlines())
+    assert "small programs, at most" in (tmp_path / "narrow" / "report.md").read_text()
+    with pytest.raises(CorpusError, match="of a real program"):
+        evaluate_guidance(lib_world["store"], tmp_path / "none", library=lib_world["library"],
+                          encoder=lib_world["encoder"], engine=engine, split="test", kind="real")
 
 
 def bpq_cli(*args):

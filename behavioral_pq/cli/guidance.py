@@ -92,7 +92,9 @@ def cmd_evaluate_guidance(args) -> int:
     if any(b < 1 for b in budgets):
         raise ValueError(f"budgets must be positive integers, got {args.budgets!r}")
     report = evaluate_guidance(args.corpus, args.out, library=library, encoder=encoder, split=args.split,
-                               programs=args.programs, budgets=budgets, seed=args.seed, progress=True)
+                               programs=args.programs, budgets=budgets, seed=args.seed,
+                               kind=None if args.kind == "all" else args.kind,
+                               max_instructions=args.max_instructions, progress=True)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -137,6 +139,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
     p.add_argument("--split", default="test", help="held-out split (default test)")
     p.add_argument("--programs", type=int, default=200, metavar="N", help="programs to evaluate (default 200)")
+    p.add_argument("--kind", choices=("all", "small", "real"), default="all",
+                   help="draw only small programs or only real programs (default all)")
+    p.add_argument("--max-instructions", type=int, metavar="N", help="leave out modules larger than N")
     p.add_argument("--budgets", default="1,10,50", help="comma-separated budgets (default 1,10,50)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -97,6 +97,18 @@ class Corpus:
                     origins[sha].add(origin)
         return {sha: program_kind(o) for sha, o in origins.items()}
 
+    def narrow(self, shas: Sequence[str], *, kind: Optional[str] = None,
+               max_instructions: Optional[int] = None) -> List[str]:
+        """The hashes of ``shas`` (order kept) of programs of ``kind`` ("small" or "real"; None: any) and of at
+        most ``max_instructions`` instructions (None: any size)."""
+        if kind is not None:
+            kinds = self.program_kinds()
+            shas = [s for s in shas if kinds.get(s) == kind]
+        if max_instructions is not None:
+            sizes = dict(zip(*self.modules(["sha256", "instruction_count"]).to_pydict().values()))
+            shas = [s for s in shas if sizes.get(s, 0) <= max_instructions]
+        return list(shas)
+
     def iter_modules(self, batch_size: int = 256, only: Optional[set] = None) -> Iterator["Module"]:
         """Stream the stored modules as :class:`~behavioral_pq.Module` objects (memory: one batch)."""
 

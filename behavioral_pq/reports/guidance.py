@@ -18,7 +18,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -43,9 +43,12 @@ def geomean(values: Sequence[float]) -> float:
 
 def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *, library, encoder=None,
                       engine=None, split: str = "test", programs: int = 200, budgets: Sequence[int] = (1, 10, 50),
-                      neighbors: int = 8, seed: int = 0, progress: bool = False) -> dict:
+                      neighbors: int = 8, seed: int = 0, kind: Optional[str] = None,
+                      max_instructions: Optional[int] = None, progress: bool = False) -> dict:
     """Run every method on ``programs`` random modules of the store's ``split`` and write ``report.md``,
     ``report.json``, ``per_program.jsonl`` and ``budgets.png`` to ``out``. Returns the report dict.
+
+    ``kind`` ("small" or "real") and ``max_instructions`` narrow the modules drawn from.
 
     Embeddings come from the store's spectra for the encoder's probe set (programs without spectra are measured).
     """
@@ -58,7 +61,11 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
     if not shas:
         raise CorpusError(f"{store}: no {split!r} split (run bpq corpus split)")
     library_programs = {p.program for p in library.programs}
-    shas = sorted(set(shas) - library_programs)
+    shas = corpus.narrow(sorted(set(shas) - library_programs), kind=kind, max_instructions=max_instructions)
+    if not shas:
+        raise CorpusError(f"{store}: no {split!r} module" + (f" of a {kind} program" if kind else "")
+                          + (f" of at most {max_instructions} instructions" if max_instructions else "")
+                          + " outside the library")
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(shas, min(programs, len(shas)), replace=False).tolist())
     try:
@@ -115,6 +122,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
             failed.append({"program": module.sha256, "name": module.name, "error": f"{type(exc).__name__}: {exc}"})
     write_text_atomic(out / "per_program.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     report = _summarize(rows, failed, budgets, library, split, neighbors, seed)
+    report.update(kind=kind, max_instructions=max_instructions)
     write_json_atomic(out / "report.json", report, indent=2)
     write_text_atomic(out / "report.md", _markdown(report))
     _plot(report, out / "budgets.png")
@@ -160,7 +168,9 @@ def _summarize(rows, failed, budgets, library, split, neighbors, seed) -> dict:
 
 def _markdown(report: dict) -> str:
     budgets = report["budgets"]
-    lines = [f"# Guidance: recommended pipelines against -Oz ({report['split']} split)", "",
+    drawn = "".join([f", {report['kind']} programs" if report.get("kind") else "",
+                     f", at most {report['max_instructions']} instructions" if report.get("max_instructions") else ""])
+    lines = [f"# Guidance: recommended pipelines against -Oz ({report['split']} split{drawn})", "",
              f"{report['programs']} held-out programs (median {report['instruction_count']['median']:.0f} IR "
              f"instructions), {len(report['failed'])} failed; library of {report['library']['programs']} programs, "
              f"{report['neighbors']} neighbors, seed {report['seed']}.", "",

@@ -139,12 +139,7 @@ def choose_library_programs(store: Union[str, os.PathLike], count: int, *, encod
     encoder = encoder or load_encoder()
     corpus = Corpus(store)
     pool = corpus.split(split) or corpus.records(["sha256"]).column("sha256").to_pylist()
-    if kind is not None:
-        kinds = corpus.program_kinds()
-        pool = [s for s in pool if kinds.get(s) == kind]
-    if max_instructions is not None:
-        sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
-        pool = [s for s in pool if sizes.get(s, 0) <= max_instructions]
+    pool = corpus.narrow(pool, kind=kind, max_instructions=max_instructions)
     try:
         have = {s for shas, _ in corpus.iter_spectra(encoder.probe_set, batch_size=4096) for s in shas}
         pool = sorted(set(pool) & have) or sorted(pool)
