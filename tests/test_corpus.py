@@ -508,7 +508,7 @@ def test_spectra_job_for_one_kind_of_program(tmp_path):
     (project / "a.c").write_text("int a(int x) { return x * 3 + 1; }\n")
     (project / "compile_commands.json").write_text(json.dumps(
         [{"directory": str(project), "file": "a.c", "arguments": ["cc", "-c", "a.c"]}]))
-    small = tiny_programs(tmp_path / "small", 2)
+    small = tiny_programs(tmp_path / "small", 3)
     store = tmp_path / "s"
     build_corpus(from_compile_commands(project / "compile_commands.json", project="p"), store, workers=1, labels=False)
     build_corpus(discover([small], origin="tests"), store, workers=1, labels=False)
@@ -519,6 +519,14 @@ def test_spectra_job_for_one_kind_of_program(tmp_path):
     corpus = Corpus(store)
     measured = corpus.store.keys("spectra", probe_set=probes.hash)
     assert measured == {s for s, k in corpus.program_kinds().items() if k == "real"} and len(measured) == 1
+    small_shas = {s for s, k in corpus.program_kinds().items() if k == "small"}
+    sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
+    smallest = min(sizes[s] for s in small_shas)
+    args = ["corpus", "spectra", str(store), "--kind", "small", "--max-instructions", str(smallest),
+            "--sample", "1", "--probes", str(tmp_path / "probes.json"), "--workers", "1", "-q"]
+    assert main(args) == 0 and main(args) == 0            # the same draw again: nothing new to measure
+    new = Corpus(store).store.keys("spectra", probe_set=probes.hash) - measured
+    assert len(new) == 1 and new < small_shas and sizes[next(iter(new))] == smallest
 
 
 def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):

@@ -151,10 +151,14 @@ def cmd_spectra(args) -> int:
 
     corpus = Corpus(args.store)
     only = set(corpus.split(args.split)) if args.split else None
-    if args.kind:
-        kinds = corpus.program_kinds()
-        chosen = {s for s, kind in kinds.items() if kind == args.kind}
-        only = chosen if only is None else only & chosen
+    if args.kind or args.max_instructions is not None or args.sample is not None:
+        pool = sorted(only if only is not None else corpus.store.keys("modules"))
+        only = corpus.narrow(pool, kind=args.kind, max_instructions=args.max_instructions)
+        if args.sample is not None and args.sample < len(only):
+            import random
+
+            only = random.Random(args.sample_seed).sample(only, args.sample)
+        only = set(only)
     with _executor(args) as executor:
         summary = compute_spectra(args.store, args.probes, executor=executor, workers=args.workers,
                                   timeout=args.timeout, progress=not args.quiet, only=only,
@@ -342,6 +346,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
     p.add_argument("--split", metavar="NAME", help="only the modules of this split")
     p.add_argument("--kind", choices=("small", "real"), help="only small programs or only real ones (projects)")
+    p.add_argument("--max-instructions", type=int, metavar="N", help="only modules of at most N instructions")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="only N of the chosen modules, drawn with --sample-seed (the same store and arguments "
+                        "give the same draw, so a killed job resumes)")
+    p.add_argument("--sample-seed", type=int, default=0, metavar="S", help="seed of --sample (default 0)")
     _jobs(p)
     p.set_defaults(func=cmd_spectra)
 
