@@ -556,6 +556,7 @@ def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):
                  labels=False)
 
     units, bitcode, group = project_units(store, "p")
+    sizes = dict(zip(*Corpus(store).modules(["sha256", "instruction_count"]).to_pydict().values()))
     assert group == "p" and len(units) == len(sources)
     by_name = {Path(u.source).name: u for u in units}
     assert "main" in by_name["app.c"].defined and {"parse", "printf"} <= by_name["app.c"].used
@@ -577,7 +578,11 @@ def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):
     assert "mul nsw i32 3," in text and "mul nsw i32 5," not in text and "@unused" not in text
     split_corpus(store, seed=0)
     assert len(set(Corpus(store).store.splits().values())) == 1    # the programs sit with their units
-    items, _ = program_items(store, "p")
+    items, programs = program_items(store, "p")
     assert all(Path(s).parent == store / "programs" / "p" for item in items for s in item.sources)
+    tool = next(p for p in programs if p.name == "tool")
+    assert tool.instruction_count == sum(sizes[u.sha256] for u in tool.units) > 0
+    _, kept = program_items(store, "p", max_instructions=tool.instruction_count)
+    assert [p.name for p in kept] == ["tool"]                   # app is larger than tool
     with pytest.raises(CorpusError, match="no unit of project 'q'"):
         project_units(store, "q")

@@ -97,13 +97,14 @@ def cmd_link(args) -> int:
 
     totals = {"projects": {}, "programs": 0}
     for project in args.project:
-        items, programs = program_items(args.store, project, args.units_dir)
+        items, programs = program_items(args.store, project, args.units_dir, max_instructions=args.max_instructions)
         sizes = [len(p.units) for p in programs]
         totals["projects"][project] = {"programs": len(programs), "units": sizes,
                                        "names": [p.name for p in programs]}
         totals["programs"] += len(programs)
         if not args.quiet and not args.json:
             print(f"{project}: {len(programs)} programs of 2 or more units"
+                  + (f" and at most {args.max_instructions} instructions" if args.max_instructions else "")
                   + (f" ({', '.join(f'{p.name}: {len(p.units)}' for p in programs[:8])}"
                      f"{', ...' if len(programs) > 8 else ''})" if programs else ""), file=sys.stderr)
         if not items:
@@ -324,6 +325,8 @@ def add_parsers(sub) -> None:
                    help="a project built into STORE with --project NAME (repeatable)")
     p.add_argument("--units-dir", metavar="DIR", help="where the units' bitcode is written for linking "
                    "(default STORE/programs)")
+    p.add_argument("--max-instructions", type=int, metavar="N",
+                   help="leave out programs whose units hold more than N IR instructions in all")
     p.add_argument("--no-labels", action="store_true", help="skip the 124-pass, -Oz and -O3 labels")
     _jobs(p)
     p.set_defaults(func=cmd_link)

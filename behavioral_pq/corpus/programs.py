@@ -38,12 +38,14 @@ class Unit:
     Attributes:
         sha256: the stored module. source: its source file (for names and order only; never opened).
         defined / used: external symbols it defines / references without defining.
+        instruction_count: the module's IR instructions.
     """
 
     sha256: str
     source: str
     defined: FrozenSet[str]
     used: FrozenSet[str]
+    instruction_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,11 @@ class Program:
     @property
     def name(self) -> str:
         return Path(self.units[0].source).stem
+
+    @property
+    def instruction_count(self) -> int:
+        """IR instructions of its units together (the linked module's, before linking merges declarations)."""
+        return sum(u.instruction_count for u in self.units)
 
 
 def symbols(bitcode: bytes, *, timeout: float = 60.0) -> Tuple[FrozenSet[str], FrozenSet[str]]:
@@ -128,29 +135,32 @@ def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[st
         raise CorpusError(f"{store}: the units of project {project!r} are in {len(groups)} split groups "
                           "(built with --group-regex); a whole program needs one")
     bitcode: Dict[str, bytes] = {}
-    for batch in corpus.iter_batches("modules", ["sha256", "bitcode"], batch_size=256):
-        for sha, data in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+    sizes: Dict[str, int] = {}
+    for batch in corpus.iter_batches("modules", ["sha256", "bitcode", "instruction_count"], batch_size=256):
+        for sha, data, size in zip(*(c.to_pylist() for c in batch.columns)):
             if sha in first_source:
-                bitcode[sha] = data
+                bitcode[sha], sizes[sha] = data, size
     units = []
     for sha, source in sorted(first_source.items(), key=lambda kv: kv[1]):
         try:
             defined, used = symbols(bitcode[sha])
         except ToolError:   # a module llvm-nm cannot read cannot be linked either: leave it out
             continue
-        units.append(Unit(sha, source, defined, used))
+        units.append(Unit(sha, source, defined, used, sizes[sha]))
     return units, bitcode, groups.pop()
 
 
-def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathLike] = None
-                  ) -> Tuple[List[InputItem], List[Program]]:
-    """Corpus inputs for the whole programs of ``project`` (two or more units each) and the programs.
+def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathLike] = None, *,
+                  max_instructions: Optional[int] = None) -> Tuple[List[InputItem], List[Program]]:
+    """Corpus inputs for the whole programs of ``project`` (two or more units each, at most ``max_instructions``
+    IR instructions in all when given) and the programs.
 
     Each unit's bitcode is written once to ``units_dir/NAME/<sha256>.bc`` (default ``STORE/programs``); an item's
     sources are those files, the ``main`` unit first.
     """
     units, bitcode, group = project_units(store, project)
-    programs = [p for p in whole_programs(units) if len(p.units) > 1]
+    programs = [p for p in whole_programs(units) if len(p.units) > 1
+                and (max_instructions is None or p.instruction_count <= max_instructions)]
     folder = Path(units_dir if units_dir is not None else Path(store) / "programs") / project
     folder.mkdir(parents=True, exist_ok=True)
     items = []
