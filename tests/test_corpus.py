@@ -578,6 +578,10 @@ def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):
     assert "mul nsw i32 3," in text and "mul nsw i32 5," not in text and "@unused" not in text
     split_corpus(store, seed=0)
     assert len(set(Corpus(store).store.splits().values())) == 1    # the programs sit with their units
+    row = Corpus(store).projects()["p"]
+    assert (row["inputs"], row["failed"], row["modules"], row["linked_programs"]) == (8, 0, 8, 2)
+    largest = Corpus(store).info()["instruction_count"]["max"]
+    assert len(row["splits"]) == 1 and row["instructions_max"] == largest > max(sizes.values())   # a linked one
     items, programs = program_items(store, "p")
     assert all(Path(s).parent == store / "programs" / "p" for item in items for s in item.sources)
     tool = next(p for p in programs if p.name == "tool")

@@ -219,6 +219,20 @@ def cmd_info(args) -> int:
                   + (f["error"] or "").replace("\n", " ")[:1000])
         print(f"{len(failures)} failures", file=sys.stderr)
         return 0
+    if args.projects:
+        projects = corpus.projects()
+        if args.json:
+            print(json.dumps(projects, indent=1))
+            return 0
+        print("| project | inputs | failed | modules | linked programs | split | instructions median / max |")
+        print("|---|---:|---:|---:|---:|---|---|")
+        for name, row in projects.items():
+            print(f"| {name} | {row['inputs']:,} | {row['failed']:,} | {row['modules']:,} | {row['linked_programs']} | "
+                  f"{', '.join(row['splits']) or '-'} | {row['instructions_median']:,.0f} / {row['instructions_max']:,} |")
+        total = {k: sum(r[k] for r in projects.values()) for k in ("inputs", "failed", "modules", "linked_programs")}
+        print(f"| **{len(projects)} projects** | {total['inputs']:,} | {total['failed']:,} | {total['modules']:,} | "
+              f"{total['linked_programs']} | | |")
+        return 0
     info = corpus.info(verify=args.verify)
     if args.json:
         print(json.dumps(info, indent=1, default=float))
@@ -388,6 +402,8 @@ def add_parsers(sub) -> None:
     p = csub.add_parser("info", help="counts, sizes, labels, failures, splits of a store")
     p.add_argument("store", metavar="STORE")
     p.add_argument("--verify", action="store_true", help="check every shard's checksum (exit 1 on a problem)")
+    p.add_argument("--projects", action="store_true", help="a Markdown table per real-program project: inputs, "
+                   "failures, modules, linked programs, split, sizes")
     p.add_argument("--failures", action="store_true", help="list every failed input, label and spectrum with its "
                                                           "error")
     p.add_argument("--json", action="store_true")

@@ -12,7 +12,8 @@ import pyarrow.compute as pc
 
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.module import Module
-from behavioral_pq.corpus.buckets import BUCKET_NAMES, KINDS, bucket_counts, program_kind, size_bucket
+from behavioral_pq.corpus.buckets import (BUCKET_NAMES, KINDS, PROJECT_PREFIX, bucket_counts, program_kind,
+                                         size_bucket)
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.embedding.probes import load_probes
 from behavioral_pq.embedding.spectrum import REACTIONS, log_relative
@@ -96,6 +97,37 @@ class Corpus:
                 if status == "ok":
                     origins[sha].add(origin)
         return {sha: program_kind(o) for sha, o in origins.items()}
+
+    def projects(self) -> Dict[str, dict]:
+        """Per real-program project (origin ``project:NAME``): inputs, failed inputs, distinct modules, modules
+        linked from several units (whole programs), their splits, and the modules' instruction-count median and
+        maximum."""
+        splits = self.store.splits()
+        sizes = dict(zip(*self.modules(["sha256", "instruction_count"]).to_pydict().values()))
+        rows: Dict[str, dict] = {}
+        table = self.store.read("inputs", ["origin", "status", "sha256", "sources"]).to_pydict()
+        for origin, status, sha, sources in zip(table["origin"], table["status"], table["sha256"], table["sources"]):
+            if not origin.startswith(PROJECT_PREFIX):
+                continue
+            row = rows.setdefault(origin[len(PROJECT_PREFIX):], {"inputs": 0, "failed": 0, "modules": set(),
+                                                                  "linked": set()})
+            row["inputs"] += 1
+            if status != "ok":
+                row["failed"] += 1
+                continue
+            row["modules"].add(sha)
+            if len(sources) > 1:
+                row["linked"].add(sha)
+        out = {}
+        for name in sorted(rows):
+            row = rows[name]
+            counts = np.array([sizes[s] for s in row["modules"] if s in sizes], dtype=np.int64)
+            out[name] = {"inputs": row["inputs"], "failed": row["failed"], "modules": len(row["modules"]),
+                         "linked_programs": len(row["linked"]),
+                         "splits": sorted({splits[s] for s in row["modules"] if s in splits}),
+                         "instructions_median": float(np.median(counts)) if len(counts) else 0.0,
+                         "instructions_max": int(counts.max()) if len(counts) else 0}
+        return out
 
     def narrow(self, shas: Sequence[str], *, kind: Optional[str] = None,
                max_instructions: Optional[int] = None) -> List[str]:
