@@ -9,7 +9,8 @@ D -> 256 -> 128 -> 64 -> 1, MAE loss):
 
 - ``frozen``: the head on the encoder's embeddings (``OzBenefitRegressor``, what ``bpq train oz`` ships);
 - ``fine-tuned``: the head and PQ-BERT trained together from the checkpoint's weights on the modules' codes
-  (the quantizer stays fixed: codes are the input), the encoder at a tenth of the head's learning rate;
+  (the quantizer stays fixed: codes are the input), the encoder at a tenth of the head's learning rate: what
+  ``bpq train oz --fine-tune`` ships (:func:`behavioral_pq.tasks.finetune.fine_tune`, its default settings);
 - ``prior``: the train split's mean benefit.
 
 Mean absolute error in points of ``(IC0 - IC_Oz) / IC0``, per slice (kind x size bucket), mean and standard
@@ -17,69 +18,12 @@ deviation over head seeds. Writes ``finetune-SPLIT.json`` and prints a Markdown 
 """
 
 import argparse
-import copy
 import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-
-def fine_tune(encoder, codes, y, train, valid, *, seed, max_epochs, patience=5, batch_size=64):
-    """Predictions (N,) of PQ-BERT + MLP head trained end to end on codes[train], stopped early on codes[valid]."""
-    import torch
-
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = copy.deepcopy(encoder.model).float()
-    with torch.inference_mode():
-        start = torch.cat([model.embed(torch.from_numpy(codes[i:i + 256].astype(np.int64)), encoder.pooling)
-                           for i in range(0, len(codes), 256)])
-    mean, scale = start[train].mean(0), start[train].std(0) + 1e-6     # the frozen head's standardization
-    sizes = [encoder.dim, 256, 128, 64, 1]
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers += [torch.nn.ReLU(), torch.nn.Dropout(0.1)]
-    head = torch.nn.Sequential(*layers)
-    with torch.no_grad():
-        head[-1].bias.fill_(float(np.median(y[train])))
-
-    def forward(index, training):
-        model.train(training)
-        head.train(training)
-        x = torch.from_numpy(codes[index].astype(np.int64))
-        return head((model.embed(x, encoder.pooling) - mean) / scale)[:, 0]
-
-    def predict(index):
-        with torch.inference_mode():
-            return np.concatenate([forward(index[i:i + 256], False).numpy() for i in range(0, len(index), 256)])
-
-    optimizer = torch.optim.AdamW([{"params": head.parameters(), "lr": 1e-3},
-                                   {"params": model.parameters(), "lr": 1e-4}], weight_decay=1e-5)
-    target = torch.from_numpy(y.astype(np.float32))
-    train_index, valid_index = np.flatnonzero(train), np.flatnonzero(valid)
-    best, best_state, waited, epochs = np.inf, None, 0, 0
-    for epoch in range(max_epochs):
-        epochs = epoch + 1
-        for batch in np.array_split(rng.permutation(train_index), max(1, len(train_index) // batch_size)):
-            optimizer.zero_grad()
-            loss = (forward(batch, True) - target[batch]).abs().mean()
-            loss.backward()
-            optimizer.step()
-        score = float(np.mean(np.abs(predict(valid_index) - y[valid_index])))
-        if score < best:
-            best, waited = score, 0
-            best_state = (copy.deepcopy(model.state_dict()), copy.deepcopy(head.state_dict()))
-        else:
-            waited += 1
-            if waited >= patience:
-                break
-    model.load_state_dict(best_state[0])
-    head.load_state_dict(best_state[1])
-    return predict(np.arange(len(codes))), epochs
 
 
 def main() -> int:
@@ -92,22 +36,20 @@ def main() -> int:
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
-    import torch
-
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.corpus.buckets import slices
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.tasks.datasets import embeddings, module_items
     from behavioral_pq.tasks.estimators import OzBenefitRegressor, TrainSettings
+    from behavioral_pq.tasks.finetune import FineTuneSettings, fine_tune
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     encoder = load_encoder(args.checkpoint)
     items = module_items(args.store, encoder.probe_set, splits=["train", "valid", args.split])
     splits = np.array(items.splits)
     train, valid, test = splits == "train", splits == "valid", splits == args.split
     kinds = Corpus(args.store).program_kinds()
     y = np.asarray(items.oz_benefit(), np.float64)
-    codes = encoder.codes(items.spectra)
+    codes = encoder.spectra_codes(items.spectra, items.autophase)
     X = embeddings(items, encoder)
     masks = slices([kinds.get(h, "small") for h in np.array(items.ids)[test]], items.instruction_count[test])
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -119,10 +61,12 @@ def main() -> int:
         predictions = {"prior": np.full(test.sum(), y[train].mean()), "frozen": frozen.predict(X[test])}
         frozen_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        tuned, epochs = fine_tune(encoder, codes, y, train, valid, seed=seed, max_epochs=args.max_epochs)
-        predictions["fine-tuned"] = tuned[test]
+        head, model = fine_tune(OzBenefitRegressor(TrainSettings(seed=seed)), encoder, codes[train], y[train],
+                                codes[valid], y[valid], FineTuneSettings(max_epochs=args.max_epochs))
+        predictions["fine-tuned"] = head.predict(encoder.with_model(model).embed_codes(codes[test], 256))
         log.append({"seed": seed, "frozen_seconds": frozen_seconds, "fine_tune_seconds": time.perf_counter() - start,
-                    "fine_tune_epochs": epochs})
+                    "fine_tune_epochs": len(head.history_), "fine_tune_best_epoch": head.best_epoch_,
+                    "frozen_best_epoch": frozen.best_epoch_})
         for name, p in predictions.items():
             error = np.abs(p - y[test]) * 100.0
             scores[name].append({s: float(error[m].mean()) for s, m in masks.items()})

@@ -70,11 +70,15 @@ def main() -> int:
     prior_task1 = class_frequencies(train.best_pass_sets(), 124)
     rows = {"prior": {"next": np.tile(prior_next, (len(test), 1)), "task1": np.tile(prior_task1, (len(test), 1)),
                       "oz": np.full(len(test), float(train.oz_benefit().mean()))}}
+    def predict(path, kind):            # a fine-tuned predictor embeds with its own weights
+        predictor = load_predictor(path, kind=kind, encoder=encoder)
+        return predictor.predict_embeddings(embeddings(test, predictor.encoder) if predictor.encoder.fine_tuned else X)
+
     for name, path in named(args.best_pass).items():
-        proba = load_predictor(path, kind="best-pass", encoder=encoder).predict_embeddings(X)
+        proba = predict(path, "best-pass")
         rows.setdefault(name, {}).update(next=proba, task1=proba[:, :124])
     for name, path in named(args.oz).items():
-        rows.setdefault(name, {})["oz"] = load_predictor(path, kind="oz-benefit", encoder=encoder).predict_embeddings(X)
+        rows.setdefault(name, {})["oz"] = predict(path, "oz-benefit")
 
     result = {"store": str(Path(args.store).resolve()), "split": args.split, "train_items": len(train),
               "probe_set": encoder.probe_set.name, "slices": {}}

@@ -25,7 +25,7 @@ from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.errors import PredictorError
 from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _by_split, evaluate
-from behavioral_pq.tasks.datasets import ItemSet, module_items, state_items
+from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
     OzBenefitRegressor,
@@ -35,6 +35,7 @@ from behavioral_pq.tasks.estimators import (
     knn_top1,
     top_k_accuracy,
 )
+from behavioral_pq.tasks.finetune import FineTuneSettings
 from behavioral_pq.tasks.predictors import PassScore, load_predictor, train_predictor
 from behavioral_pq.training.pretraining import PretrainConfig, TrainingConfig, pretrain
 
@@ -239,6 +240,43 @@ def test_trained_predictors_reach_a_stated_accuracy_and_refuse_other_encoders(wo
         load_predictor(tmp_path / "nothing", encoder=encoder)
 
 
+def test_fine_tuned_predictor_trains_the_encoder_saves_it_and_predicts_with_it(world, tmp_path):
+    import torch
+
+    encoder = world["encoder"]
+    before = {k: v.clone() for k, v in encoder.model.state_dict().items()}
+    lines = []
+    summary = train_predictor("oz-benefit", world["store"], tmp_path / "tuned", encoder=encoder, settings=FAST,
+                              fine_tune=FineTuneSettings(max_epochs=4, patience=4, batch_size=16),
+                              progress=lines.append)
+    assert summary["training"]["fine_tuned"] and 1 <= len(lines) <= 4 and lines[0].startswith("epoch 0")
+    assert all(torch.equal(before[k], v) for k, v in encoder.model.state_dict().items())   # caller's encoder kept
+
+    tuned = load_predictor(tmp_path / "tuned", encoder=encoder)
+    assert tuned.encoder.fine_tuned and not encoder.fine_tuned
+    assert tuned.config["representation"] == "pqbert-mean-fine-tuned" and tuned.config["fine_tune"]["max_epochs"] == 4
+    items = module_items(world["store"], world["probes"])
+    valid, train = items.split("valid"), items.split("train")
+    tuned_x, base_x = embeddings(valid, tuned.encoder), embeddings(valid, encoder)
+    assert tuned_x.shape == base_x.shape and np.abs(tuned_x - base_x).max() > 1e-4   # the weights moved
+    # the reloaded weights reproduce the validation error measured when training ended
+    assert tuned.estimator.score(tuned_x, valid.oz_benefit()) == pytest.approx(
+        summary["metrics"]["valid_mae_points"], abs=1e-3)
+    # it learned: better than the train split's mean on the train items
+    prior = PriorRegressor().fit(None, train.oz_benefit()).score(np.zeros((len(train), 1)), train.oz_benefit())
+    assert tuned.estimator.score(embeddings(train, tuned.encoder), train.oz_benefit()) < prior
+    # the public API embeds with the tuned weights
+    value = bpq.predict_oz_benefit(EXAMPLES / "matmul.c", predictor=tuned)
+    direct = tuned.estimator.predict(tuned.encoder.embed(EXAMPLES / "matmul.c")[None])[0]
+    assert value == pytest.approx(float(direct), abs=1e-6)
+
+    (tmp_path / "tuned" / "encoder.safetensors").write_bytes(b"not weights")
+    with pytest.raises(PredictorError, match="checksum mismatch"):
+        load_predictor(tmp_path / "tuned", encoder=encoder)
+    with pytest.raises(PredictorError, match="trained on encoder"):
+        load_predictor(tmp_path / "tuned", encoder=load_encoder(world["kmeans"]))
+
+
 def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST)
     report = evaluate(world["store"], tmp_path / "report", states=world["states"], encoder=world["encoder"],
@@ -313,6 +351,16 @@ def test_cli_train_predict_and_states_end_to_end(world, tmp_path):
     assert done.returncode != 0 and "trained on encoder" in done.stderr and "Traceback" not in done.stderr
     done = bpq_cli("train", "oz", "--corpus", tmp_path / "missing", "--out", tmp_path / "x")
     assert done.returncode != 0 and "Traceback" not in done.stderr
+    done = bpq_cli("train", "best-pass", "--corpus", world["store"], "--out", tmp_path / "bp-tuned", "--checkpoint",
+                   encoder_dir, "--fine-tune", "--max-epochs", "2")
+    assert done.returncode == 0, done.stderr
+    assert "fine-tuned with the encoder" in done.stdout and "[fine-tune] epoch 1:" in done.stderr
+    done = bpq_cli("predict", "best-pass", EXAMPLES / "matmul.c", "--predictor", tmp_path / "bp-tuned",
+                   "--checkpoint", encoder_dir, "-k", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)[0]["prediction"]) == 2
+    done = bpq_cli("train", "oz", "--corpus", world["store"], "--out", tmp_path / "y", "--encoder-lr", "1e-3")
+    assert done.returncode != 0 and "--fine-tune only" in done.stderr
     done = bpq_cli("corpus", "states", world["store"], "--out", tmp_path / "st", "--programs", "train=2,test=1",
                    "--max-instructions", "100000", "--probes", world["probes"], "--random", "1", "--oz-like", "0",
                    "--json", "-q")

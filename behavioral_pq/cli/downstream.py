@@ -23,10 +23,16 @@ TRAIN_EPILOG = """\
 examples:
   bpq train oz --corpus store/ --out my-oz
   bpq train best-pass --corpus store/ --states states/ --out my-best-pass
+  bpq train oz --corpus store/ --out my-oz-tuned --fine-tune     # PQ-BERT trained with the head, end to end
 
 The corpus must be labelled (bpq corpus labels) and carry spectra for the encoder's probe set (bpq corpus
 spectra); with a split (bpq corpus split) training uses train and stops early on valid. --states adds
 intermediate states (bpq corpus states) to the best-pass training data.
+
+By default the encoder is frozen: the predictor is an MLP on its embeddings. --fine-tune trains the encoder's
+PQ-BERT together with the head (at --encoder-lr, a tenth of the head's rate by default) and stores the tuned weights
+in the predictor folder; it costs a forward and backward pass of the encoder per item and epoch (minutes per epoch
+on a few thousand items on a CPU) and is loaded like any predictor (bpq predict --predictor DIR).
 """
 
 EVALUATE_EPILOG = """\
@@ -85,15 +91,28 @@ def cmd_train(args) -> int:
     kind = "best-pass" if args.target == "best-pass" else "oz-benefit"
     if args.states and kind != "best-pass":
         raise ValueError("--states applies to best-pass only")
+    from behavioral_pq.tasks.estimators import TrainSettings
+    from behavioral_pq.tasks.finetune import FineTuneSettings
+
+    fine_tune, settings = None, TrainSettings(seed=args.seed)
+    if args.fine_tune:
+        fine_tune = FineTuneSettings(encoder_learning_rate=args.encoder_lr,
+                                     max_epochs=args.max_epochs or FineTuneSettings.max_epochs)
+    elif args.encoder_lr != FineTuneSettings.encoder_learning_rate:
+        raise ValueError("--encoder-lr applies with --fine-tune only")
+    elif args.max_epochs:
+        settings = TrainSettings(seed=args.seed, max_epochs=args.max_epochs)
+    say = None if args.json else (lambda line: print(f"[fine-tune] {line}", file=sys.stderr, flush=True))
     summary = train_predictor(kind, args.corpus, args.out, encoder=_encoder(args), states=args.states,
-                              overwrite=args.overwrite, seed=args.seed)
+                              overwrite=args.overwrite, settings=settings, fine_tune=fine_tune, progress=say)
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         items = summary["training"]["items"]
         metrics = ", ".join(f"{k} {v:.3f}" for k, v in summary["metrics"].items()) or "no valid split"
-        print(f"{kind} predictor -> {args.out}: trained on {items['train']} items, stopped on {items['valid']}; "
-              f"{metrics}")
+        how = "fine-tuned with the encoder" if summary["training"]["fine_tuned"] else "trained"
+        print(f"{kind} predictor -> {args.out}: {how} on {items['train']} items, stopped on {items['valid']} "
+              f"(best epoch {summary['training']['best_epoch']}); {metrics}")
     return 0
 
 
@@ -145,6 +164,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--states", metavar="DIR", help="state folder to add (best-pass)")
     p.add_argument("--checkpoint", metavar="DIR", help="encoder to train on (default: the shipped one)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fine-tune", action="store_true",
+                   help="train the encoder's PQ-BERT together with the head and save the tuned weights with it")
+    p.add_argument("--encoder-lr", type=float, default=1e-4, metavar="LR",
+                   help="the encoder's learning rate with --fine-tune (default 1e-4; the head's is 1e-3)")
+    p.add_argument("--max-epochs", type=int, metavar="N",
+                   help="epochs at most, early stopping on valid (default 200, or 30 with --fine-tune)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 

@@ -12,6 +12,7 @@ Embeddings are deterministic: the encoder runs in eval mode, in float32 on the C
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -94,6 +95,7 @@ class Encoder:
         self.reaction = checkpoint.config.get("reaction", "log-relative")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        self.fine_tuned = False     # True for the copy a fine-tuned predictor carries (see with_model)
 
     @property
     def dim(self) -> int:
@@ -101,8 +103,8 @@ class Encoder:
         return self.model.config.hidden_size
 
     def __repr__(self) -> str:
-        return (f"Encoder({self.path}, D={self.dim}, probes={self.probe_set.name} "
-                f"[{self.probe_set.hash[:12]}], pooling={self.pooling})")
+        return (f"Encoder({self.path}{', fine-tuned' if self.fine_tuned else ''}, D={self.dim}, "
+                f"probes={self.probe_set.name} [{self.probe_set.hash[:12]}], pooling={self.pooling})")
 
     # -- from measurements ---------------------------------------------------------------------------------------
 
@@ -142,12 +144,25 @@ class Encoder:
             batch_size: modules per forward pass (see :meth:`embed_codes`).
         """
 
+        return self.embed_codes(self.spectra_codes(spectra, original), batch_size)
+
+    def spectra_codes(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
+        """The codes this encoder reads for log-relative spectra: float32 (N, P, 56) -> uint8 (N, P, M), after
+        the checkpoint's reaction (``original``: int (N, 56), needed only by an "absolute" encoder)."""
         if self.reaction != "log-relative":
             if original is None:
                 raise ValueError(f"{self.path}: this encoder reads {self.reaction} reactions; pass the modules' "
                                  "original Autophase as `original`")
             spectra = as_reaction(np.asarray(original)[:, None, :], spectra, self.reaction)
-        return self.embed_codes(self.codes(spectra), batch_size)
+        return self.codes(spectra)
+
+    def with_model(self, model, *, fine_tuned: bool = True) -> "Encoder":
+        """This encoder (same checkpoint identity, quantizer and probe set) with other PQ-BERT weights: the encoder
+        a fine-tuned predictor embeds with. ``model`` is put in eval mode."""
+        other = copy.copy(self)
+        other.model = model.eval()
+        other.fine_tuned = fine_tuned
+        return other
 
     # -- from modules --------------------------------------------------------------------------------------------
 

@@ -5,6 +5,10 @@ sha256 and probe-set hash —, the training data, validation metrics, versions) 
 (``estimator.json`` + ``estimator.safetensors``, see :mod:`behavioral_pq.tasks.estimators`). Loading refuses a predictor
 whose encoder is not the one given (or the shipped default), since its inputs would mean something else.
 
+A predictor trained with fine-tuning (``fine_tune=FineTuneSettings()``, ``bpq train ... --fine-tune``; see
+:mod:`behavioral_pq.tasks.finetune`) also holds the tuned PQ-BERT weights (``encoder.safetensors``): it is loaded on
+the encoder it started from (same identity checks) and embeds with its own weights (``Predictor.encoder``).
+
 - ``best-pass``: the best *next* pass from the module's current state (125 classes: the 124 catalog passes and
   "no pass reduces the instruction count"), trained on modules as built plus intermediate states when a state
   folder is given.
@@ -18,9 +22,9 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -40,12 +44,15 @@ from behavioral_pq.corpus.states import NUM_CLASSES
 from behavioral_pq.embedding.encoder import load_encoder, shipped
 from behavioral_pq.errors import PredictorError
 from behavioral_pq.tasks.datasets import concat, embeddings, module_items, state_items
+from behavioral_pq.tasks import finetune
 from behavioral_pq.tasks.estimators import BestPassClassifier, OzBenefitRegressor, TrainSettings
+from behavioral_pq.tasks.finetune import FineTuneSettings
 
 FORMAT = "behavioral_pq.predictor"
 FORMAT_VERSION = 1
 KINDS = ("best-pass", "oz-benefit")
 ESTIMATOR_FILES = ("estimator.json", "estimator.safetensors")
+TUNED_ENCODER_FILE = "encoder.safetensors"
 DEFAULT_NAMES = {"best-pass": "pqbert-small-s0-best-pass", "oz-benefit": "pqbert-small-s0-oz"}
 
 
@@ -60,7 +67,8 @@ class PassScore(NamedTuple):
 
 @dataclass
 class Predictor:
-    """A loaded predictor: ``estimator`` on the embeddings of ``encoder``."""
+    """A loaded predictor: ``estimator`` on the embeddings of ``encoder`` (for a fine-tuned predictor, the
+    encoder it was trained from with the tuned weights: ``encoder.fine_tuned`` is True)."""
 
     kind: str
     estimator: object
@@ -69,7 +77,8 @@ class Predictor:
     path: Optional[Path] = None
 
     def predict_embeddings(self, X: np.ndarray) -> np.ndarray:
-        """best-pass: float32 (N, 125) probabilities; oz-benefit: float32 (N,) fractions."""
+        """best-pass: float32 (N, 125) probabilities; oz-benefit: float32 (N,) fractions. ``X`` float32 (N, D)
+        must come from ``self.encoder`` (for a fine-tuned predictor, not the encoder it started from)."""
         if self.kind == "best-pass":
             return self.estimator.predict_proba(X)
         return self.estimator.predict(X)
@@ -84,20 +93,33 @@ class Predictor:
 
 
 def save_predictor(path: Union[str, os.PathLike], kind: str, estimator, encoder, *, training: dict,
-                   metrics: dict, overwrite: bool = False) -> Path:
+                   metrics: dict, overwrite: bool = False, tuned_model=None,
+                   fine_tune: Optional[FineTuneSettings] = None) -> Path:
     """Write a predictor folder (replacing ``path`` only once complete; a folder that holds something else than
-    a predictor is refused unless ``overwrite``)."""
+    a predictor is refused unless ``overwrite``). ``encoder`` is the encoder trained on (or started from, with
+    ``tuned_model`` the fine-tuned PQ-BERT and ``fine_tune`` its settings)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     path = Path(path)
     check_replaceable(path, config="predictor.json", format=FORMAT, overwrite=overwrite, error=PredictorError,
                       what="a predictor")
+    if (tuned_model is None) != (fine_tune is None):
+        raise ValueError("a fine-tuned predictor needs both tuned_model and fine_tune")
     with atomic_path(path) as tmp:
         estimator.save(tmp)
+        files = ESTIMATOR_FILES
+        if tuned_model is not None:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().contiguous() for k, v in tuned_model.state_dict().items()},
+                      str(tmp / TUNED_ENCODER_FILE))
+            os.chmod(tmp / TUNED_ENCODER_FILE, 0o644)
+            files = ESTIMATOR_FILES + (TUNED_ENCODER_FILE,)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "versions": versions(),
-                  "encoder": encoder_identity(encoder), "representation": f"pqbert-{encoder.pooling}",
-                  "pooling": encoder.pooling, "training": training, "metrics": metrics,
-                  "files": file_checksums(tmp, ESTIMATOR_FILES)}
+                  "encoder": encoder_identity(encoder),
+                  "representation": f"pqbert-{encoder.pooling}" + ("-fine-tuned" if tuned_model is not None else ""),
+                  "pooling": encoder.pooling, "fine_tune": asdict(fine_tune) if fine_tune is not None else None,
+                  "training": training, "metrics": metrics, "files": file_checksums(tmp, files)}
         (tmp / "predictor.json").write_text(json.dumps(seal(config), indent=2) + "\n")
     return path
 
@@ -125,6 +147,8 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
     check_encoder(path, config.get("encoder", {}), encoder, PredictorError,
                   "pass the encoder it was trained on (--checkpoint) or retrain it (bpq train)", verb="trained")
     check_files(path, config, PredictorError)
+    if config.get("fine_tune"):
+        encoder = _tuned_encoder(path, encoder)
     cls = BestPassClassifier if config["kind"] == "best-pass" else OzBenefitRegressor
     try:
         estimator = cls.load(path)
@@ -133,6 +157,20 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
     if estimator.dim != encoder.dim:
         raise PredictorError(f"{path}: estimator reads {estimator.dim} features, the encoder gives {encoder.dim}")
     return Predictor(config["kind"], estimator, encoder, config, path)
+
+
+def _tuned_encoder(path: Path, encoder):
+    """``encoder`` with the tuned weights of the fine-tuned predictor at ``path`` (checksummed by check_files)."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    model = copy.deepcopy(encoder.model)
+    try:
+        model.load_state_dict(load_file(str(path / TUNED_ENCODER_FILE)))
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise PredictorError(f"{path / TUNED_ENCODER_FILE}: tuned weights do not fit the encoder ({exc})") from None
+    return encoder.with_model(model)
 
 
 _cache: Dict[str, Predictor] = {}
@@ -188,11 +226,15 @@ def training_data(kind: str, store: Union[str, os.PathLike], *, states: Optional
 
 def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, os.PathLike], *, encoder=None,
                     states: Optional[Union[str, os.PathLike]] = None, seed: int = 0, settings=None,
-                    overwrite: bool = False) -> dict:
+                    overwrite: bool = False, fine_tune: Optional[FineTuneSettings] = None,
+                    progress: Optional[Callable[[str], None]] = None) -> dict:
     """Train a predictor of ``kind`` on the embeddings of a corpus store and save it to ``out``.
 
     Trains on the store's ``train`` split and stops early on ``valid`` (an unsplit store uses every labelled
-    module, with 10% held out for early stopping). Returns the saved config's ``training`` and ``metrics``.
+    module, with 10% held out for early stopping). With ``fine_tune``, the head and a copy of the encoder's
+    PQ-BERT are trained together (:func:`behavioral_pq.tasks.finetune.fine_tune`) and both are saved; otherwise the
+    encoder stays frozen. ``progress`` gets a line per fine-tuning epoch. Returns the saved config's ``training``
+    and ``metrics``.
     """
 
     if kind not in KINDS:
@@ -202,26 +244,38 @@ def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, o
     encoder = encoder or load_encoder()
     train, valid = training_data(kind, store, states=states, probes=encoder.probe_set)
     settings = settings or TrainSettings(seed=seed)
-    X = embeddings(train, encoder)
-    Xv = embeddings(valid, encoder) if valid is not None else None
-    metrics: dict = {}
     if kind == "best-pass":
         estimator = BestPassClassifier(settings, num_classes=NUM_CLASSES)
-        estimator.fit(X, train.next_pass_sets(), Xv, valid.next_pass_sets() if valid is not None else None)
-        if valid is not None:
-            metrics = {"valid_top1": estimator.score(Xv, valid.next_pass_sets(), 1),
-                       "valid_top5": estimator.score(Xv, valid.next_pass_sets(), 5)}
+        targets = lambda items: items.next_pass_sets()  # noqa: E731
     else:
         estimator = OzBenefitRegressor(settings)
-        estimator.fit(X, train.oz_benefit(), Xv, valid.oz_benefit() if valid is not None else None)
-        if valid is not None:
-            metrics = {"valid_mae_points": estimator.score(Xv, valid.oz_benefit())}
+        targets = lambda items: items.oz_benefit()  # noqa: E731
+    y_valid = targets(valid) if valid is not None else None
+    tuned = None
+    if fine_tune is None:
+        estimator.fit(embeddings(train, encoder), targets(train),
+                      embeddings(valid, encoder) if valid is not None else None, y_valid)
+        scored_with = encoder
+    else:
+        codes = lambda items: encoder.spectra_codes(items.spectra, items.autophase)  # noqa: E731
+        estimator, tuned = finetune.fine_tune(estimator, encoder, codes(train), targets(train),
+                                              codes(valid) if valid is not None else None, y_valid,
+                                              settings=fine_tune, progress=progress)
+        scored_with = encoder.with_model(tuned)
+    metrics: dict = {}
+    if valid is not None:
+        Xv = embeddings(valid, scored_with)
+        if kind == "best-pass":
+            metrics = {"valid_top1": estimator.score(Xv, y_valid, 1), "valid_top5": estimator.score(Xv, y_valid, 5)}
+        else:
+            metrics = {"valid_mae_points": estimator.score(Xv, y_valid)}
     training = {"store": str(Path(store).resolve()), "states": str(Path(states).resolve()) if states else None,
                 "items": {"train": len(train), "valid": len(valid) if valid is not None else 0},
-                "seed": settings.seed, "best_epoch": estimator.best_epoch_}
-    save_predictor(out, kind, estimator, encoder, training=training, metrics=metrics, overwrite=overwrite)
+                "seed": settings.seed, "best_epoch": estimator.best_epoch_, "fine_tuned": tuned is not None}
+    save_predictor(out, kind, estimator, encoder, training=training, metrics=metrics, overwrite=overwrite,
+                   tuned_model=tuned, fine_tune=fine_tune)
     return {"training": training, "metrics": metrics}
 
 
-__all__ = ["PassScore", "Predictor", "PredictorError", "load_predictor", "save_predictor", "predict_best_pass",
+__all__ = ["FineTuneSettings", "PassScore", "Predictor", "PredictorError", "load_predictor", "save_predictor", "predict_best_pass",
            "predict_oz_benefit", "train_predictor", "training_data"]
