@@ -17,7 +17,9 @@ form one more group. A whole program has no single C source, so its baseline is 
 built with target -Oz (which the rows above show equal to ``clang-19 -Oz`` within 0.2%) and ``llc-19 -O2``, the
 objects joined by ``ld -r`` (which keeps one copy of each C++ inline function, as the program's link does), .text
 bytes of the result; ``target -Oz`` and ``text-size@B`` are the linked module's, as ``bpq compile`` builds a whole
-program (so the ratio includes what optimizing the program as one module gains: inlining across units).
+program (so the ratio includes what optimizing the program as one module gains: inlining across units). Whole
+programs are also measured as ``bpq compile --whole-program`` builds them (every definition but ``main`` made
+internal first, as LTO does for an executable): ``whole -Oz`` (the LTO-like baseline) and ``whole text-size@B``.
 Ratios are ours over the baseline's (below 1: smaller); geometric means per group. Writes
 ``size_objective.json`` and prints a markdown table.
 """
@@ -112,7 +114,7 @@ def main() -> int:
 
     import behavioral_pq as bpq
     from behavioral_pq.core.target import Target
-    from behavioral_pq.core.toolchain import link_bitcode, text_size
+    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, text_size
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
     from behavioral_pq.tasks.guidance import default_library, recommend_pipeline
@@ -147,6 +149,12 @@ def main() -> int:
             row["searched"] = found.text_size
             row["method"] = found.method
             assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
+            if not isinstance(source, Path):
+                whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
+                row["whole_instructions"] = whole.instruction_count
+                row["whole_oz"] = text_size(bpq.optimize(whole, "Oz", target=target).bitcode)
+                row["whole_searched"] = recommend_pipeline(whole, args.budget, library=library, encoder=encoder,
+                                                           objective="text-size", target=target).text_size
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
@@ -155,16 +163,25 @@ def main() -> int:
     for row in rows:
         if "error" in row or not row["clang_oz"]:
             continue
-        g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "searched": [], "seconds": []})
+        g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "searched": [], "seconds": [],
+                                             "whole_oz": [], "whole_searched": [], "whole_vs_lto": []})
         g["programs"] += 1
         g["target_oz"].append(row["target_oz"] / row["clang_oz"])
         g["searched"].append(row["searched"] / row["clang_oz"])
         g["seconds"].append(row["search_seconds"])
+        if "whole_oz" in row:
+            g["whole_oz"].append(row["whole_oz"] / row["clang_oz"])
+            g["whole_searched"].append(row["whole_searched"] / row["clang_oz"])
+            g["whole_vs_lto"].append(row["whole_searched"] / row["whole_oz"])
     summary = {name: {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"]),
                       f"geomean_text_size_at_{args.budget}_vs_clang_oz": geomean(g["searched"]),
                       "smaller_than_clang_oz": sum(r < 1 for r in g["searched"]),
                       "larger_than_clang_oz": sum(r > 1 for r in g["searched"]),
-                      "median_search_seconds": sorted(g["seconds"])[len(g["seconds"]) // 2]}
+                      "median_search_seconds": sorted(g["seconds"])[len(g["seconds"]) // 2],
+                      **({"geomean_whole_oz_vs_clang_oz": geomean(g["whole_oz"]),
+                          f"geomean_whole_text_size_at_{args.budget}_vs_clang_oz": geomean(g["whole_searched"]),
+                          f"geomean_whole_text_size_at_{args.budget}_vs_whole_oz": geomean(g["whole_vs_lto"])}
+                         if g["whole_oz"] else {})}
                for name, g in groups.items()}
     result = {"config": {"budget": args.budget, "tasks": args.tasks, "sources": args.sources, "cflags": args.cflags,
                          "target": target.to_dict(), "host": platform.processor() or platform.machine(),
@@ -182,6 +199,12 @@ def main() -> int:
               f"{s['larger_than_clang_oz']} | {s['median_search_seconds']:.1f} |")
     if args.store:
         print("(whole programs: the baseline is the program built unit by unit with -Oz, not one clang source)")
+        for name, s in summary.items():
+            if "geomean_whole_oz_vs_clang_oz" in s:
+                print(f"{name}, --whole-program: whole -Oz / clang -Oz {s['geomean_whole_oz_vs_clang_oz']:.3f}, "
+                      f"whole text-size@{args.budget} / clang -Oz "
+                      f"{s[f'geomean_whole_text_size_at_{args.budget}_vs_clang_oz']:.3f}, "
+                      f"/ whole -Oz {s[f'geomean_whole_text_size_at_{args.budget}_vs_whole_oz']:.3f}")
     failed = [r for r in rows if "error" in r]
     if failed:
         print(f"{len(failed)} programs failed: " + "; ".join(f"{r['name']}: {r['error'][:80]}" for r in failed[:5]))

@@ -433,6 +433,31 @@ def test_cli_compile_for_size_keeps_the_smaller_of_oz_and_os(tmp_path):
     assert proc.returncode == 0 and "2. passes     Oz\n" in proc.stdout
 
 
+def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
+    """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
+    stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""
+    (tmp_path / "main.c").write_text('#include <stdio.h>\nint scale(int);\n'
+                                     'int main(void) { printf("%d\\n", scale(21)); return 0; }\n')
+    (tmp_path / "lib.c").write_text("int scale(int x) { return 2 * x; }\n"
+                                    "long table_sum(const long *t, long n) { long s = 0;\n"
+                                    "  for (long i = 0; i < n; i++) s += t[i] * (i + 1); return s; }\n")
+    files = [str(tmp_path / "main.c"), str(tmp_path / "lib.c")]
+    symbols = {}
+    for tag, extra in (("separate", []), ("whole", ["--whole-program"])):
+        binary = tmp_path / tag
+        proc = bpq("compile", *files, *extra, "-o", str(binary))
+        assert proc.returncode == 0, proc.stderr
+        assert ("whole program: every definition but main made internal" in proc.stdout) == bool(extra)
+        assert "verification: ok" in proc.stdout
+        assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "42\n"
+        table = subprocess.run(["llvm-nm-19", "--defined-only", str(binary)], capture_output=True, text=True).stdout
+        symbols[tag] = {line.split()[-1] for line in table.splitlines()}
+    assert {"table_sum", "scale"} <= symbols["separate"]
+    assert not {"table_sum", "scale"} & symbols["whole"] and "main" in symbols["whole"]
+    proc = bpq("compile", files[1], "--whole-program", "-o", str(tmp_path / "lib.o"))
+    assert proc.returncode != 0 and "needs a program that defines main" in proc.stderr
+
+
 def test_cli_and_report_default_pipelines_agree():
     from behavioral_pq.cli.lowering import DEFAULT_PIPELINES as CLI_DEFAULT
     from behavioral_pq.reports.lowering import DEFAULT_PIPELINES

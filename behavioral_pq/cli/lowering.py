@@ -53,6 +53,12 @@ it for the target. --target measure compiles with no target machine (as labels a
 A module with main becomes an executable whose output is checked against the unoptimized module's; any other
 module becomes an object file (-o prog.o).
 
+Whole programs: give every file of a program (bpq compile a.c b.c util.c -o prog) and add --whole-program to make
+every definition but main internal before optimizing, as clang -flto does when it links an executable: code no
+one calls is removed and functions called once are inlined. On the corpus's multi-file programs this is where
+most of the size goes (BENCHMARKS.md, Objectives). Do not use it when something outside the files calls into
+the program (dlsym, assembly files, a library's callbacks by name).
+
 """ + LLM_HELP
 
 #: evaluate-lowering's default --pipelines (kept equal to behavioral_pq.reports.lowering.DEFAULT_PIPELINES, which
@@ -150,7 +156,8 @@ def cmd_compile(args) -> int:
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.core.engine import default_engine
-    from behavioral_pq.core.toolchain import assemble
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.toolchain import assemble, internalize_bitcode
     from behavioral_pq.lowering.backends import LlcBackend, lower
     from behavioral_pq.lowering.harness import defines_main, harness_for
     from behavioral_pq.lowering.speed import SpeedBackend
@@ -167,9 +174,14 @@ def cmd_compile(args) -> int:
     if args.objective == "size":
         target = size_target(args, target)
     start = time.monotonic()
-    module = load_program(args)
+    module = original = load_program(args)
     where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"
     print(f"1. load       {module.name}: {module.instruction_count} IR instructions; {where}")
+    if args.whole_program:
+        if not defines_main(module):
+            raise ValueError(f"{module.name}: --whole-program needs a program that defines main (give all its files)")
+        module = load_module(internalize_bitcode(module.bitcode), name=module.name)
+        print("   whole program: every definition but main made internal (as LTO does for an executable)")
     if args.objective == "speed":
         backend = SpeedBackend(runs=args.runs)
         with harness_for(module, args=args.run_args) as harness:
@@ -205,7 +217,7 @@ def cmd_compile(args) -> int:
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
                               relocation_model=args.relocation_model)
                    if args.backend == "llc" else _llm_backend(args))
-        lowering = lower(optimized, backend, verify=not args.no_verify, reference=module, run_args=args.run_args)
+        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run_args=args.run_args)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
@@ -325,6 +337,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
     p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",
                    help="llc relocation model (default pic: the distribution's clang links PIE)")
+    p.add_argument("--whole-program", action="store_true",
+                   help="FILEs are the whole program: make every definition but main internal first, as LTO does "
+                        "(unused code goes, single callers inline; often far smaller, see BENCHMARKS.md)")
     add_target_arguments(p)
     p.add_argument("--keep-assembly", action="store_true", help="also write the assembly next to the output")
     p.add_argument("-o", "--output", metavar="BIN", help="executable (or object file for a module without main)")

@@ -158,6 +158,18 @@ def opt_bitcode(bitcode: bytes, level: str = "O3", *, timeout: float = 120.0) ->
     return run_tool([find_tool("opt"), f"-{level}", "-o", "-", "-"], input=bitcode, timeout=timeout).stdout
 
 
+def internalize_bitcode(bitcode: bytes, keep: Sequence[str] = ("main",), *, timeout: float = 120.0) -> bytes:
+    """The module with every definition but ``keep`` made internal (``opt-19 -passes=internalize``), as a linker's
+    LTO does for an executable whose only entry point is ``main``: what nothing in the program calls can then be
+    removed, and what is called once inlined. Only for a whole program (every unit linked in, no caller outside:
+    a symbol looked up with ``dlsym`` or referenced from assembly would be lost). Raises ToolError with opt's
+    stderr."""
+    if not keep or any(not name or "," in name for name in keep):
+        raise ValueError(f"keep must name symbols, got {list(keep)!r}")
+    return run_tool([find_tool("opt"), "-passes=internalize", f"-internalize-public-api-list={','.join(keep)}",
+                     "-o", "-", "-"], input=bitcode, timeout=timeout).stdout
+
+
 def llvm_tool_version(name: str = "llc") -> str:
     """The version an LLVM tool reports ("19.1.7"), from ``NAME --version``."""
     text = run_tool([find_tool(name), "--version"], timeout=30).stdout.decode(errors="replace")
