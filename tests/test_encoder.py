@@ -444,6 +444,45 @@ def test_prepare_and_pretrain_from_a_corpus_store(tmp_path):
                                                          training=TrainingConfig(batch_size=4)), probes=probes_path)
 
 
+def test_module_token_encoder_reads_the_modules_own_autophase(tmp_path):
+    """reaction "log-relative+module": the P log-relative rows and one more, log1p of the module's Autophase,
+    quantized and read as one more position; the encoder then tells apart modules that react alike."""
+    from test_corpus import tiny_programs
+
+    from behavioral_pq.embedding.spectrum import module_row
+    from behavioral_pq.training.pretraining import read_codes
+
+    store = tmp_path / "store"
+    build_corpus(discover([tiny_programs(tmp_path / "src", 40), EXAMPLES], origin="t"), store, workers=1,
+                 labels=False)
+    probes_path = random_probes(16, 6, seed=3).save(tmp_path / "probes.json")
+    compute_spectra(store, probes_path, workers=1)
+    config = PretrainConfig(model={"preset": "tiny"},
+                            training=TrainingConfig(batch_size=8, max_steps=4, eval_every=2, log_every=1,
+                                                    warmup_steps=1, quantizer_rows=4096,
+                                                    reaction="log-relative+module"))
+    pretrain(store, tmp_path / "run", config, probes=probes_path)
+    encoder = load_encoder(tmp_path / "run" / "encoder")
+    assert encoder.reaction == "log-relative+module" and encoder.model.config.num_probes == 17
+    assert read_codes(tmp_path / "run" / "codes" / "train.parquet").shape[1:] == (17, 8)
+
+    module = bpq.load_module(EXAMPLES / "matmul.c")
+    batch = bpq.spectra([module], encoder.probe_set)
+    original = batch.autophase[:, 0]
+    codes = encoder.spectra_codes(batch.spectra, original)
+    assert codes.shape == (1, 17, 8)
+    assert np.array_equal(codes[0, :16], encoder.quantizer.encode(batch.spectra[0]))   # the probes, as always
+    assert np.array_equal(codes[0, 16], encoder.quantizer.encode(module_row(original))[0])
+    assert np.array_equal(encoder.embed(module), encoder.embed_spectra(batch.spectra, original)[0])
+    # the same reactions in a module ten times larger: a log-relative encoder cannot see it, this one does
+    bigger = encoder.embed_spectra(batch.spectra, original * 10 + 10)[0]
+    assert not np.allclose(bigger, encoder.embed_spectra(batch.spectra, original)[0])
+    with pytest.raises(ValueError, match="original Autophase"):
+        encoder.embed_spectra(batch.spectra)
+    with pytest.raises(ValueError, match=r"shape \(N, 17, 56\)"):
+        encoder.codes(batch.spectra)
+
+
 def test_default_encoder_embeds_from_a_fresh_process_via_the_cli(tmp_path):
     out = tmp_path / "e.npy"
     run = subprocess.run([sys.executable, "-m", "behavioral_pq", "embed", str(EXAMPLES / "sum_array.c"),

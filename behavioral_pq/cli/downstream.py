@@ -180,7 +180,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--states", metavar="DIR", help="state folder for task 1b (bpq corpus states)")
     p.add_argument("--checkpoint", metavar="DIR", help="encoder to judge (default: the shipped one)")
     p.add_argument("--ablation", action="append", metavar="NAME=DIR",
-                   help="an ablation encoder (kmeans=DIR, absolute=DIR); repeatable")
+                   help="another encoder judged beside it (kmeans=DIR, absolute=DIR, or any NAME, e.g. a "
+                        "log-relative+module run); repeatable")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated head seeds (default 0,1,2)")
     p.add_argument("--max-epochs", type=int, default=200, metavar="N", help="MLP epochs at most (early stopping)")
     p.add_argument("--train-on", choices=("all", "small", "real"), default="all",  # reports.downstream.TRAIN_ON

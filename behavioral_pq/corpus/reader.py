@@ -16,7 +16,7 @@ from behavioral_pq.corpus.buckets import (BUCKET_NAMES, KINDS, PROJECT_PREFIX, b
                                          size_bucket)
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.embedding.probes import load_probes
-from behavioral_pq.embedding.spectrum import REACTIONS, log_relative
+from behavioral_pq.embedding.spectrum import REACTIONS, as_reaction, log_relative
 from behavioral_pq.errors import CorpusError
 
 
@@ -152,7 +152,8 @@ class Corpus:
     def iter_spectra(self, probes=None, *, shas: Optional[Iterable[str]] = None, batch_size: int = 1024,
                      reaction: str = "log-relative") -> Iterator[Tuple[List[str], np.ndarray]]:
         """Stream stored spectra for a probe set in store order: (module hashes, float32 (n, P, 56)) per batch;
-        failed modules are left out. ``reaction="absolute"`` gives ``h_opt - h_orig`` instead (an ablation).
+        failed modules are left out. ``reaction="absolute"`` gives ``h_opt - h_orig`` instead (an ablation),
+        ``"log-relative+module"`` one more row per module, its own ``log1p(h_orig)`` (n, P + 1, 56).
 
         Memory: one batch of spectra plus the modules' original Autophase rows (56 int32 per module), never all
         spectra at once.
@@ -184,8 +185,10 @@ class Corpus:
             if order:
                 original = np.stack([before[s] for s in order]).astype(np.int64)[:, None, :]   # (n, 1, 56)
                 after = np.stack(after)
-                yield order, (log_relative(original, after) if reaction == "log-relative"
-                              else (np.maximum(after, 0) - np.maximum(original, 0)).astype(np.float32))
+                if reaction == "absolute":      # exact from the integer counts
+                    yield order, (np.maximum(after, 0) - np.maximum(original, 0)).astype(np.float32)
+                else:
+                    yield order, as_reaction(original, log_relative(original, after), reaction)
 
     def spectra(self, probes=None, *, shas: Optional[Sequence[str]] = None) -> Tuple[List[str], np.ndarray]:
         """Stored spectra for a probe set: (module hashes, float32 (N, P, 56)), all in memory, in the order of

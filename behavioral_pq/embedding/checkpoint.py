@@ -36,6 +36,7 @@ from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.embedding.model import PQBert, PQBertConfig
 from behavioral_pq.embedding.probes import load_probes
 from behavioral_pq.embedding.quantizer import Quantizer, QuantizerError
+from behavioral_pq.embedding.spectrum import reaction_positions
 from behavioral_pq.errors import CheckpointError, ProbeSetError
 
 FORMAT = "bpq-encoder"
@@ -63,15 +64,18 @@ def save_encoder(path: Union[str, os.PathLike], model, quantizer, probe_set, *, 
     Args:
         model: a PQBert.
         dtype: "float32" (bit-identical round trip) or "float16" (half the size; loaded back as float32).
-        reaction: how the quantizer's rows are expressed ("log-relative", or "absolute" for the ablation).
+        reaction: how the quantizer's rows are expressed (one of spectrum.REACTIONS: "log-relative", "absolute"
+            for the ablation, "log-relative+module" with the module's own Autophase as one more position).
     """
     import torch
     from safetensors.torch import save_file
 
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    if model.config.num_probes != probe_set.num_probes:
-        raise ValueError(f"model reads {model.config.num_probes} probes, the probe set has {probe_set.num_probes}")
+    positions = reaction_positions(probe_set.num_probes, reaction)
+    if model.config.num_probes != positions:
+        raise ValueError(f"model reads {model.config.num_probes} positions, {reaction} spectra of the probe set "
+                         f"have {positions}")
     path = Path(path)
     check_replaceable(path, config="config.json", format=FORMAT, overwrite=overwrite, error=CheckpointError,
                       what="an encoder checkpoint")
@@ -151,7 +155,8 @@ def load_checkpoint(path: Union[str, os.PathLike]) -> Checkpoint:
         except QuantizerError as exc:
             raise CheckpointError(str(exc)) from None
         model_config = PQBertConfig.from_dict(config["model"])
-        if model_config.num_probes != probe_set.num_probes or model_config.num_subspaces != quantizer.num_subspaces:
+        positions = reaction_positions(probe_set.num_probes, config.get("reaction", "log-relative"))
+        if model_config.num_probes != positions or model_config.num_subspaces != quantizer.num_subspaces:
             raise CheckpointError(f"{path}: model config does not fit its probe set or quantizer")
         try:
             weights = load_file(str(path / "model.safetensors"))

@@ -84,8 +84,9 @@ class Encoder:
         probe_set: the probe set its spectra are measured with.
         config: the checkpoint's config.json.
         pooling: "mean" (mean of the P probe states, the default) or "cls" (the [CLS] state).
-        reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method) or "absolute"
-            (an ablation; such an encoder needs the modules' original Autophase, see :meth:`embed_spectra`).
+        reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method), "absolute"
+            (an ablation) or "log-relative+module" (one more token: the module's own log1p Autophase). The last
+            two need the modules' original Autophase, see :meth:`embed_spectra`.
     """
 
     def __init__(self, checkpoint, pooling: Optional[str] = None):
@@ -109,9 +110,10 @@ class Encoder:
     # -- from measurements ---------------------------------------------------------------------------------------
 
     def codes(self, spectra: np.ndarray) -> np.ndarray:
-        """Codes of spectra: float32 (N, P, 56) -> uint8 (N, P, M)."""
+        """Codes of reaction rows, as the checkpoint's reaction expresses them: float32 (N, P', 56) -> uint8
+        (N, P', M), with P' the model's positions (P, or P + 1 for "log-relative+module"; see spectra_codes)."""
         spectra = np.asarray(spectra, dtype=np.float32)
-        p = self.probe_set.num_probes
+        p = self.model.config.num_probes
         if spectra.ndim != 3 or spectra.shape[1:] != (p, 56):
             raise ValueError(f"spectra must have shape (N, {p}, 56), got {spectra.shape}")
         n = len(spectra)
@@ -140,7 +142,7 @@ class Encoder:
 
         Args:
             original: int (N, 56), the modules' Autophase before the probes; needed only by an encoder whose
-                ``reaction`` is "absolute".
+                ``reaction`` is not "log-relative".
             batch_size: modules per forward pass (see :meth:`embed_codes`).
         """
 
@@ -148,7 +150,8 @@ class Encoder:
 
     def spectra_codes(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
         """The codes this encoder reads for log-relative spectra: float32 (N, P, 56) -> uint8 (N, P, M), after
-        the checkpoint's reaction (``original``: int (N, 56), needed only by an "absolute" encoder)."""
+        the checkpoint's reaction (``original``: int (N, 56), needed unless it is "log-relative"); P + 1 rows of
+        codes for a "log-relative+module" encoder."""
         if self.reaction != "log-relative":
             if original is None:
                 raise ValueError(f"{self.path}: this encoder reads {self.reaction} reactions; pass the modules' "

@@ -37,8 +37,22 @@ def log_relative(original: np.ndarray, optimized: np.ndarray) -> np.ndarray:
     return (np.log1p(np.maximum(0.0, optimized)) - np.log1p(np.maximum(0.0, original))).astype(np.float32)
 
 
-#: How a reaction row is expressed: ``log-relative`` (the method) or ``absolute`` (``h_opt - h_orig``, an ablation).
-REACTIONS = ("log-relative", "absolute")
+#: How a spectrum reaches the quantizer: ``log-relative`` (the method: P rows), ``absolute`` (``h_opt - h_orig``, an
+#: ablation: P rows) or ``log-relative+module`` (the P log-relative rows and one more, the module's own Autophase as
+#: ``log1p(h_orig)``: the absolute size and shape the log-relative rows drop, read by the encoder as one more token).
+REACTIONS = ("log-relative", "absolute", "log-relative+module")
+
+
+def reaction_positions(num_probes: int, reaction: str) -> int:
+    """Rows (encoder positions without [CLS]) of a spectrum of ``num_probes`` probes expressed as ``reaction``."""
+    if reaction not in REACTIONS:
+        raise ValueError(f"reaction must be one of {REACTIONS}, got {reaction!r}")
+    return num_probes + (reaction == "log-relative+module")
+
+
+def module_row(original: np.ndarray) -> np.ndarray:
+    """The module token's row of ``log-relative+module``: ``log1p(max(0, h_orig))``, float32, shape of ``original``."""
+    return np.log1p(np.maximum(0.0, np.asarray(original, dtype=np.float64))).astype(np.float32)
 
 
 def absolute_from_log_relative(original: np.ndarray, spectra: np.ndarray) -> np.ndarray:
@@ -57,11 +71,16 @@ def absolute_from_log_relative(original: np.ndarray, spectra: np.ndarray) -> np.
 
 
 def as_reaction(original: np.ndarray, spectra: np.ndarray, reaction: str) -> np.ndarray:
-    """Log-relative ``spectra`` expressed as ``reaction`` (one of :data:`REACTIONS`)."""
+    """Log-relative ``spectra``, float32 (N, P, 56), expressed as ``reaction`` (one of :data:`REACTIONS`):
+    float32 (N, P, 56), or (N, P + 1, 56) for ``log-relative+module``. ``original``: (N, 1, 56)."""
     if reaction == "log-relative":
         return np.asarray(spectra, dtype=np.float32)
     if reaction == "absolute":
         return absolute_from_log_relative(original, spectra)
+    if reaction == "log-relative+module":
+        spectra = np.asarray(spectra, dtype=np.float32)
+        module = np.broadcast_to(module_row(original), spectra.shape[:-2] + (1, spectra.shape[-1]))
+        return np.concatenate([spectra, module], axis=-2)
     raise ValueError(f"reaction must be one of {REACTIONS}, got {reaction!r}")
 
 

@@ -80,7 +80,8 @@ def no_transformer_embeddings(items: ItemSet, encoder) -> np.ndarray:
     over the P probes, without the Transformer: float32 (N, D)."""
     import torch
 
-    codes = encoder.codes(items.spectra) if len(items) else np.zeros((0, 1, encoder.quantizer.num_subspaces))
+    codes = (encoder.spectra_codes(items.spectra, items.autophase) if len(items)
+             else np.zeros((0, 1, encoder.quantizer.num_subspaces)))
     tables = encoder.model.sub_embeddings
     with torch.inference_mode():
         x = torch.from_numpy(codes.astype(np.int64))                                       # (N, P, M)

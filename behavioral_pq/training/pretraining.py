@@ -38,7 +38,7 @@ from behavioral_pq.embedding.checkpoint import save_encoder
 from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, masked_lm_loss
 from behavioral_pq.embedding.probes import load_probes
 from behavioral_pq.embedding.quantizer import Quantizer
-from behavioral_pq.embedding.spectrum import REACTIONS
+from behavioral_pq.embedding.spectrum import REACTIONS, reaction_positions
 from behavioral_pq.errors import PretrainError
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class TrainingConfig:
     shuffle_buffer: int = 8192         # modules held for shuffling
     quantizer_rows: int = 262_144      # reaction rows sampled to fit the quantizer
     validation_modules: int = 1000     # at most this many modules per held-out split
-    reaction: str = "log-relative"     # or "absolute" (ablation: h_opt - h_orig)
+    reaction: str = "log-relative"     # "absolute" (ablation: h_opt - h_orig) or "log-relative+module" (+ h_orig token)
     quantizer_subspaces: int = 8       # M; 1 makes the quantizer k-means on whole reaction rows (ablation)
 
     def __post_init__(self):
@@ -445,7 +445,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
     prepared = json.loads((run / "prepare.json").read_text())
     quantizer = Quantizer.load(run / "quantizer.npz")
     probe_set = load_probes(run / "probes.json")
-    model_config = config.model_config(probe_set.num_probes)
+    model_config = config.model_config(reaction_positions(probe_set.num_probes, t.reaction))
     if model_config.num_subspaces != quantizer.num_subspaces:
         raise PretrainError(f"model has {model_config.num_subspaces} sub-spaces, quantizer {quantizer.num_subspaces}")
 

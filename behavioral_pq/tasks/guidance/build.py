@@ -110,7 +110,12 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
         found, values = corpus.spectra(encoder.probe_set, shas=shas)
     except CorpusError:
         found, values = [], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32)
-    embeddings = dict(zip(found, encoder.embed_spectra(values, batch_size=128))) if found else {}
+    original = None
+    if found and encoder.reaction != "log-relative":     # such encoders also read the modules' own Autophase
+        table = corpus.modules(["sha256", "autophase"]).to_pydict()
+        by_sha = dict(zip(table["sha256"], table["autophase"]))
+        original = np.array([by_sha[s] for s in found], np.int64)
+    embeddings = dict(zip(found, encoder.embed_spectra(values, original, batch_size=128))) if found else {}
     missing = [s for s in shas if s not in embeddings]
     if missing:
         modules = {m.sha256: m for m in corpus.iter_modules(only=set(missing))}
