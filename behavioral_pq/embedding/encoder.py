@@ -83,7 +83,8 @@ class Encoder:
         quantizer: the checkpoint's Quantizer.
         probe_set: the probe set its spectra are measured with.
         config: the checkpoint's config.json.
-        pooling: "mean" (mean of the P probe states, the default) or "cls" (the [CLS] state).
+        pooling: "mean" (mean of the P probe states, and of the module token's for "log-relative+module"; the
+            default) or "cls" (the [CLS] state).
         reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method), "absolute"
             (an ablation) or "log-relative+module" (one more token: the module's own log1p Autophase). The last
             two need the modules' original Autophase, see :meth:`embed_spectra`.
