@@ -20,8 +20,10 @@ bytes of the result; ``target -Oz`` and ``text-size@B`` are the linked module's,
 program (so the ratio includes what optimizing the program as one module gains: inlining across units). Whole
 programs are also measured as ``bpq compile --whole-program`` builds them (every definition but ``main`` made
 internal first, as LTO does for an executable): ``whole -Oz`` (the LTO-like baseline) and ``whole text-size@B``.
-Ratios are ours over the baseline's (below 1: smaller); geometric means per group. Writes
-``size_objective.json`` and prints a markdown table.
+Ratios are ours over the baseline's (below 1: smaller); geometric means per group. With ``--library NAME=DIR``
+(repeatable) each library's search is measured in the same run on the same embedding (default: the shipped
+library for text size, named ``shipped``); ``--skip-linked`` searches whole programs only as ``--whole-program``
+builds them. Writes ``size_objective.json`` (or ``--name``) and prints a markdown table.
 """
 
 import argparse
@@ -107,7 +109,12 @@ def main() -> int:
                         help="whole programs of at most N IR instructions (default 20000)")
     parser.add_argument("--per-project", type=int, default=None, metavar="N",
                         help="at most N whole programs of each project, spread evenly over its sizes (default: all)")
+    parser.add_argument("--library", action="append", default=[], metavar="NAME=DIR",
+                        help="program library to search with, repeatable (default: shipped=the shipped one)")
+    parser.add_argument("--skip-linked", action="store_true",
+                        help="whole programs: search only the --whole-program build (its baseline: whole -Oz)")
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--name", default="size_objective.json", help="result file name in --out")
     args = parser.parse_args()
 
     from tqdm import tqdm
@@ -117,7 +124,7 @@ def main() -> int:
     from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, text_size
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
-    from behavioral_pq.tasks.guidance import default_library, recommend_pipeline
+    from behavioral_pq.tasks.guidance import default_library, load_library, recommend_pipeline
 
     flags = shlex.split(args.cflags)
     programs = [] if args.tasks == "none" else [("shipped tasks", t.name, t.source, []) for t in load_tasks(args.tasks)]
@@ -128,7 +135,11 @@ def main() -> int:
     if args.store:
         programs += store_programs(args.store, args.split or ["test"], args.max_instructions, args.per_project)
     encoder = load_encoder()
-    library = default_library(encoder)
+    libraries = {}
+    for item in args.library:
+        name, _, path = item.partition("=")
+        libraries[name] = load_library(path, encoder=encoder)
+    libraries = libraries or {"shipped": default_library(encoder, "text-size")}
     rows = []
     for group, name, source, extra in tqdm(programs, desc="programs", unit="program"):
         row = {"group": group, "name": name}
@@ -142,19 +153,29 @@ def main() -> int:
                 module = bpq.load_module(link_bitcode(source, what=name), name=name)
             row["instructions"] = module.instruction_count
             row["target_oz"] = text_size(bpq.optimize(module, "Oz", target=target).bitcode)
-            start = time.perf_counter()
-            found = recommend_pipeline(module, args.budget, library=library, encoder=encoder, objective="text-size",
-                                       target=target)
-            row["search_seconds"] = time.perf_counter() - start
-            row["searched"] = found.text_size
-            row["method"] = found.method
-            assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
-            if not isinstance(source, Path):
+            whole_program = not isinstance(source, Path)
+            row.update(searched={}, method={}, search_seconds={}, whole_searched={})
+            if not (whole_program and args.skip_linked):
+                start = time.perf_counter()
+                embedding = encoder.embed(module)
+                embed_seconds = time.perf_counter() - start
+                for label, library in libraries.items():
+                    start = time.perf_counter()
+                    found = recommend_pipeline(module, args.budget, library=library, embedding=embedding,
+                                               objective="text-size", target=target)
+                    row["search_seconds"][label] = embed_seconds + time.perf_counter() - start
+                    row["searched"][label] = found.text_size
+                    row["method"][label] = found.method
+                    assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
+            if whole_program:
                 whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
                 row["whole_instructions"] = whole.instruction_count
                 row["whole_oz"] = text_size(bpq.optimize(whole, "Oz", target=target).bitcode)
-                row["whole_searched"] = recommend_pipeline(whole, args.budget, library=library, encoder=encoder,
-                                                           objective="text-size", target=target).text_size
+                embedding = encoder.embed(whole)
+                for label, library in libraries.items():
+                    row["whole_searched"][label] = recommend_pipeline(
+                        whole, args.budget, library=library, embedding=embedding, objective="text-size",
+                        target=target).text_size
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
@@ -163,52 +184,59 @@ def main() -> int:
     for row in rows:
         if "error" in row or not row["clang_oz"]:
             continue
-        g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "searched": [], "seconds": [],
-                                             "whole_oz": [], "whole_searched": [], "whole_vs_lto": []})
+        g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "whole_oz": [], "seconds": {},
+                                             "searched": {}, "whole_searched": {}, "whole_vs_lto": {}})
         g["programs"] += 1
         g["target_oz"].append(row["target_oz"] / row["clang_oz"])
-        g["searched"].append(row["searched"] / row["clang_oz"])
-        g["seconds"].append(row["search_seconds"])
+        for label, value in row["searched"].items():
+            g["searched"].setdefault(label, []).append(value / row["clang_oz"])
+            g["seconds"].setdefault(label, []).append(row["search_seconds"][label])
         if "whole_oz" in row:
             g["whole_oz"].append(row["whole_oz"] / row["clang_oz"])
-            g["whole_searched"].append(row["whole_searched"] / row["clang_oz"])
-            g["whole_vs_lto"].append(row["whole_searched"] / row["whole_oz"])
-    summary = {name: {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"]),
-                      f"geomean_text_size_at_{args.budget}_vs_clang_oz": geomean(g["searched"]),
-                      "smaller_than_clang_oz": sum(r < 1 for r in g["searched"]),
-                      "larger_than_clang_oz": sum(r > 1 for r in g["searched"]),
-                      "median_search_seconds": sorted(g["seconds"])[len(g["seconds"]) // 2],
-                      **({"geomean_whole_oz_vs_clang_oz": geomean(g["whole_oz"]),
-                          f"geomean_whole_text_size_at_{args.budget}_vs_clang_oz": geomean(g["whole_searched"]),
-                          f"geomean_whole_text_size_at_{args.budget}_vs_whole_oz": geomean(g["whole_vs_lto"])}
-                         if g["whole_oz"] else {})}
-               for name, g in groups.items()}
-    result = {"config": {"budget": args.budget, "tasks": args.tasks, "sources": args.sources, "cflags": args.cflags,
+            for label, value in row["whole_searched"].items():
+                g["whole_searched"].setdefault(label, []).append(value / row["clang_oz"])
+                g["whole_vs_lto"].setdefault(label, []).append(value / row["whole_oz"])
+    b = args.budget
+    summary = {}
+    for name, g in groups.items():
+        s = summary[name] = {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"])}
+        for label, ratios in g["searched"].items():
+            s[label] = {f"geomean_text_size_at_{b}_vs_clang_oz": geomean(ratios),
+                        "smaller_than_clang_oz": sum(r < 1 for r in ratios),
+                        "larger_than_clang_oz": sum(r > 1 for r in ratios),
+                        "median_search_seconds": sorted(g["seconds"][label])[len(ratios) // 2]}
+        if g["whole_oz"]:
+            s["geomean_whole_oz_vs_clang_oz"] = geomean(g["whole_oz"])
+            for label in g["whole_searched"]:
+                s.setdefault(label, {}).update({
+                    f"geomean_whole_text_size_at_{b}_vs_clang_oz": geomean(g["whole_searched"][label]),
+                    f"geomean_whole_text_size_at_{b}_vs_whole_oz": geomean(g["whole_vs_lto"][label]),
+                    "whole_smaller_than_whole_oz": sum(r < 1 for r in g["whole_vs_lto"][label])})
+    result = {"config": {"budget": b, "tasks": args.tasks, "sources": args.sources, "cflags": args.cflags,
+                         "libraries": {label: str(lib.path) for label, lib in libraries.items()},
                          "target": target.to_dict(), "host": platform.processor() or platform.machine(),
                          "command": " ".join(shlex.quote(a) for a in sys.argv)},
               "summary": summary, "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "size_objective.json").write_text(json.dumps(result, indent=1))
-    print(f"| group | programs | target -Oz / clang -Oz | text-size@{args.budget} / clang -Oz | smaller | larger "
-          "| median search s |")
-    print("|---|---|---|---|---|---|---|")
+    (out / args.name).write_text(json.dumps(result, indent=1))
+    print(f"| group | library | programs | target -Oz / clang -Oz | text-size@{b} / clang -Oz | smaller | larger "
+          f"| median search s | whole -Oz / clang -Oz | whole text-size@{b} / whole -Oz |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, s in summary.items():
-        print(f"| {name} | {s['programs']} | {s['geomean_target_oz_vs_clang_oz']:.3f} | "
-              f"{s[f'geomean_text_size_at_{args.budget}_vs_clang_oz']:.3f} | {s['smaller_than_clang_oz']} | "
-              f"{s['larger_than_clang_oz']} | {s['median_search_seconds']:.1f} |")
-    if args.store:
-        print("(whole programs: the baseline is the program built unit by unit with -Oz, not one clang source)")
-        for name, s in summary.items():
-            if "geomean_whole_oz_vs_clang_oz" in s:
-                print(f"{name}, --whole-program: whole -Oz / clang -Oz {s['geomean_whole_oz_vs_clang_oz']:.3f}, "
-                      f"whole text-size@{args.budget} / clang -Oz "
-                      f"{s[f'geomean_whole_text_size_at_{args.budget}_vs_clang_oz']:.3f}, "
-                      f"/ whole -Oz {s[f'geomean_whole_text_size_at_{args.budget}_vs_whole_oz']:.3f}")
+        for label in libraries:
+            r = s.get(label, {})
+            linked = (f"{r[f'geomean_text_size_at_{b}_vs_clang_oz']:.3f} | {r['smaller_than_clang_oz']} | "
+                      f"{r['larger_than_clang_oz']} | {r['median_search_seconds']:.1f}"
+                      if f"geomean_text_size_at_{b}_vs_clang_oz" in r else "- | - | - | -")
+            whole = (f"{s['geomean_whole_oz_vs_clang_oz']:.3f} | {r[f'geomean_whole_text_size_at_{b}_vs_whole_oz']:.3f}"
+                     if f"geomean_whole_text_size_at_{b}_vs_whole_oz" in r else "- | -")
+            print(f"| {name} | {label} | {s['programs']} | {s['geomean_target_oz_vs_clang_oz']:.3f} | {linked} | "
+                  f"{whole} |")
     failed = [r for r in rows if "error" in r]
     if failed:
         print(f"{len(failed)} programs failed: " + "; ".join(f"{r['name']}: {r['error'][:80]}" for r in failed[:5]))
-    print(f"wrote {out / 'size_objective.json'}")
+    print(f"wrote {out / args.name}")
     return 0
 
 

@@ -289,7 +289,7 @@ def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_
     assert found.instruction_count == bpq.optimize(module, found.pipeline, target=target).instruction_count
     with pytest.raises(ValueError, match="objective must be one of"):
         recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, objective="runtime")
-    with pytest.raises(ValueError, match="learn=True needs the ir-count objective"):
+    with pytest.raises(ValueError, match="learn=True needs a library of the objective searched for"):
         recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, objective="text-size",
                            learn=True)
 
@@ -327,6 +327,50 @@ def test_libraries_merge_into_one_that_finds_the_same_programs(lib_world, tmp_pa
     assert done.returncode == 0, done.stderr
     assert f"{len(library)} programs from 2 libraries" in done.stdout
     assert len(load_library(tmp_path / "merged", encoder=lib_world["encoder"])) == len(library)
+
+
+def test_a_text_size_library_holds_bytes_and_serves_only_the_text_size_objective(lib_world, engine, examples,
+                                                                                   tmp_path):
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import text_size
+    from behavioral_pq.tasks.guidance import merge_libraries
+
+    target = Target(Target.host().triple, "", "")
+    programs = lib_world["train"][:3]
+    library = build_library(lib_world["store"], tmp_path / "text", programs, encoder=lib_world["encoder"],
+                            engine=engine, ga=TINY_GA, objective="text-size", target=target)
+    library = load_library(tmp_path / "text", encoder=lib_world["encoder"])
+    assert library.objective == "text-size" and lib_world["library"].objective == "ir-count"
+    assert library.settings["target"] == {"triple": target.triple, "cpu": "", "features": ""}
+    modules = {m.sha256: m for m in Corpus(lib_world["store"]).iter_modules(only=set(programs))}
+    for entry in library.programs:                                # bytes, re-measured independently
+        module = modules[entry.program]
+
+        def bytes_after(steps):
+            return text_size(bpq.optimize(module, " ".join(steps), target=target).bitcode)
+
+        assert entry.oz_count == bytes_after(["-Oz"])
+        steps, value = entry.best()
+        assert value == bytes_after(steps) <= entry.oz_count
+        ir_entry = next(p for p in lib_world["library"].programs if p.program == entry.program)
+        assert entry.instruction_count == ir_entry.instruction_count and entry.oz_count != ir_entry.oz_count
+
+    module = examples["matmul"]
+    embedding = lib_world["encoder"].embed(module)
+    with pytest.raises(ValueError, match="searched for text size"):
+        recommend_pipeline(module, 2, library=library, engine=engine, embedding=embedding)
+    found = recommend_pipeline(module, 4, library=library, engine=engine, embedding=embedding, objective="text-size",
+                               target=target, learn=True)                 # the library counts what it searched
+    assert found.text_size <= found.oz_text_size and len(library) == 4
+    assert library.programs[-1].oz_count == found.oz_text_size
+    with pytest.raises(LibraryError, match="different objectives"):
+        merge_libraries([lib_world["library"], library])
+    with pytest.raises(ValueError, match="objective must be one of"):
+        build_library(lib_world["store"], tmp_path / "bad", programs, encoder=lib_world["encoder"], engine=engine,
+                      objective="runtime")
+    done = bpq_cli("library", "build", "--corpus", lib_world["store"], "--out", tmp_path / "bad", "--objective",
+                   "speed")
+    assert done.returncode != 0 and "invalid choice: 'speed'" in done.stderr
 
 
 def test_library_build_draws_programs_of_one_kind(lib_world, tmp_path):

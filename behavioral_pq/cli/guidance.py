@@ -14,6 +14,10 @@ example (the shipped library, checkpoints/pqbert-small-s0-library):
 Programs are drawn (seeded) from the store's train split among modules with spectra for the encoder's probe
 set. Each gets generic pipelines and two genetic searches; results are logged to OUT.search.jsonl as they come,
 so an interrupted build resumes where it stopped.
+
+--objective text-size builds the library `bpq optimize --auto --objective text-size` and `bpq compile
+--objective size` use (checkpoints/pqbert-small-s0-library-text-size): the same searches, then -Os, every
+pipeline found and 16 random edits of the smallest, each compiled for this host and scored by .text bytes.
 """
 
 GUIDANCE_EPILOG = """\
@@ -42,7 +46,7 @@ def run_auto(args, module, target=None) -> dict:
     if objective == "text-size" and target is None:
         raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
     encoder = _encoder(args)
-    library = load_library(args.library, encoder=encoder) if args.library or encoder else None
+    library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
     if sys.stderr.isatty():
         print(f"embedding {module.name} (probes), then trying up to {args.budget} pipelines...", file=sys.stderr)
     found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn,
@@ -66,7 +70,7 @@ def cmd_library_build(args) -> int:
         raise ValueError(f"{args.corpus}: no {'' if args.kind == 'all' else args.kind + ' '}programs in split "
                          f"{args.split!r}")
     library = build_library(args.corpus, args.out, programs, encoder=encoder, seed=args.seed, progress=True,
-                            overwrite=args.overwrite)
+                            overwrite=args.overwrite, objective=args.objective)
     better = sum(1 for p in library.programs if p.best()[1] < p.oz_count)
     print(f"wrote {args.out}: {len(library)} programs, {better} with a pipeline better than -Oz")
     return 0
@@ -117,6 +121,9 @@ def add_parsers(sub) -> None:
                    help="draw only small programs or only real programs (default all)")
     b.add_argument("--max-instructions", type=int, metavar="N", help="leave out modules larger than N")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--objective", choices=("ir-count", "text-size"), default="ir-count",
+                   help="what the library's pipelines are scored by: IR instructions (default) or .text bytes of "
+                        "the object in target mode for this host")
     b.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
     b.add_argument("--overwrite", action="store_true",
                    help="replace --out even when it holds something else than a program library")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -16,6 +17,7 @@ from behavioral_pq.artifacts import check_replaceable, encoder_identity
 from behavioral_pq.core.catalog import PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.module import Module
+from behavioral_pq.core.target import Target
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import BPQError, CorpusError, LibraryError
@@ -30,7 +32,8 @@ from behavioral_pq.tasks.guidance.library import (
     encode_steps,
     merge_results,
 )
-from behavioral_pq.tasks.guidance.trials import Trials
+from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS, _local_search
+from behavioral_pq.tasks.guidance.trials import Trials, check_objective
 from behavioral_pq.training.genetic import FitnessCache, GAConfig, genetic_search
 
 logger = logging.getLogger(__name__)
@@ -40,11 +43,33 @@ logger = logging.getLogger(__name__)
 #: The per-program genetic search of :func:`build_library` (two runs: from the module and after -Oz).
 LIBRARY_GA = dict(length=30, population=16, generations=8)
 
+#: Text-size libraries: compilations of the local search in bytes after the instruction-count candidates.
+TEXT_SIZE_LOCAL = 16
 
-def search_program(module, engine, *, ga: Optional[dict] = None, keep: int = 4, seed: int = 0) -> Dict[Steps, int]:
+
+def search_program(module, engine, *, ga: Optional[dict] = None, keep: int = 4, seed: int = 0,
+                   objective: str = "ir-count", target=None, local: int = TEXT_SIZE_LOCAL) -> Dict[Steps, int]:
     """Good pipelines for one module: the :data:`GENERIC` ones and -Oz, and the ``keep`` best of two genetic
-    searches (catalog sequences from the module as built, and after -Oz). Returns {pipeline: instruction count}."""
+    searches (catalog sequences from the module as built, and after -Oz). Returns {pipeline: instruction count}.
 
+    With ``objective="text-size"`` the values are ``.text`` bytes in target mode (``target``: default as
+    :class:`Trials`): -Os, then every pipeline above (the genetic searches count instructions, which is fast),
+    each compiled, then ``local`` random edits of the smallest so far, as the recommendation's local search
+    makes them. Bytes and instructions disagree often enough that the ranking must be the bytes'.
+    """
+    check_objective(objective)
+    results = _instruction_count_search(module, engine, ga=ga, keep=keep, seed=seed)
+    if objective == "ir-count":
+        return results
+    trials = Trials(module, engine, 1 + len(results) + local, objective="text-size", target=target)
+    trials.run([SIZE_SEEDS], "-Os")
+    trials.run(sorted(results, key=lambda s: (results[s], len(s))), "instruction-count search")
+    vocabulary = sorted({flag for steps in results for flag in steps if flag != OZ})
+    _local_search(trials, trials.best()[0], random.Random(f"{seed}:{module.sha256}"), vocabulary)
+    return {(OZ,): trials.oz_count, **trials.measured()}
+
+
+def _instruction_count_search(module, engine, *, ga: Optional[dict], keep: int, seed: int) -> Dict[Steps, int]:
     config = GAConfig(seed=seed, **(ga or LIBRARY_GA))
     trials = Trials(module, engine, len(GENERIC))
     trials.run(GENERIC, "generic")
@@ -61,8 +86,13 @@ def search_program(module, engine, *, ga: Optional[dict] = None, keep: int = 4, 
 
 def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], programs: Sequence[str], *,
                   encoder=None, engine=None, ga: Optional[dict] = None, keep: int = 4, seed: int = 0,
-                  progress: bool = False, overwrite: bool = False) -> ProgramLibrary:
+                  progress: bool = False, overwrite: bool = False, objective: str = "ir-count",
+                  target=None) -> ProgramLibrary:
     """Search good pipelines for the store's ``programs`` (module hashes) and save a library to ``out``.
+
+    ``objective``: what the library counts, IR instructions (``"ir-count"``) or ``.text`` bytes in target mode
+    for ``target`` (``"text-size"``, see :func:`search_program`; default target: the host triple with each
+    function's own CPU, what ``bpq compile`` builds for size).
 
     Resumable: each program's results go to ``OUT.search.jsonl`` as soon as it is done, and a rerun with the same
     settings skips them. A program that fails is logged there with its error and left out. Embeddings come from
@@ -78,8 +108,13 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     log = Path(str(out) + ".search.jsonl")
+    check_objective(objective)
     settings = {"ga": dict(ga or LIBRARY_GA), "keep": keep, "seed": seed, "generic": len(GENERIC),
                 "store": str(Path(store).resolve()), "programs": len(programs)}
+    if objective != "ir-count":          # libraries of instruction counts keep the settings they always had
+        target = target or Target.module_cpus()
+        settings.update(objective=objective, local=TEXT_SIZE_LOCAL,
+                        target={"triple": target.triple, "cpu": target.cpu, "features": target.features})
     done: Dict[str, dict] = {}
     if log.exists():
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
@@ -92,7 +127,8 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
     with log.open("a") as sink, tqdm(total=len(todo), disable=not progress, desc="library", unit="program") as bar:
         for module in corpus.iter_modules(only=todo):
             try:
-                results = search_program(module, engine, ga=ga, keep=keep, seed=seed)
+                results = search_program(module, engine, ga=ga, keep=keep, seed=seed, objective=objective,
+                                         target=target)
                 row = {"program": module.sha256, "name": module.name, "instruction_count": module.instruction_count,
                        "results": [[encode_steps(s), c] for s, c in results.items()]}
             except BPQError as exc:

@@ -25,7 +25,7 @@ from behavioral_pq.artifacts import (
     seal,
     versions,
 )
-from behavioral_pq.core.catalog import OZ_LIKE_ORDER, get_pass
+from behavioral_pq.core.catalog import BASELINES, OZ_LIKE_ORDER, get_pass
 from behavioral_pq.embedding.encoder import load_encoder, shipped
 from behavioral_pq.errors import BPQError, LibraryError
 
@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 FORMAT = "behavioral_pq.library"
 FORMAT_VERSION = 1
 DEFAULT_NAME = "pqbert-small-s0-library"
+#: The shipped library searched for ``.text`` bytes (``objective="text-size"``), when present.
+TEXT_SIZE_NAME = "pqbert-small-s0-library-text-size"
 OZ = "-Oz"
 
 Steps = Tuple[str, ...]
@@ -61,18 +63,19 @@ def describe_steps(steps: Steps) -> str:
 
 
 def encode_steps(steps: Steps) -> List[Union[int, str]]:
-    """Compact JSON form: catalog indices, and "Oz" for the baseline."""
-    return ["Oz" if s == OZ else get_pass(s).index for s in steps]
+    """Compact JSON form: catalog indices, and the name of a whole-pipeline step ("Oz", "Os", ...)."""
+    return [s.lstrip("-") if s.lstrip("-") in BASELINES else get_pass(s).index for s in steps]
 
 
 def decode_steps(items: Sequence[Union[int, str]]) -> Steps:
-    return tuple(OZ if s == "Oz" else get_pass(int(s)).flag for s in items)
+    return tuple(f"-{s}" if isinstance(s, str) and s in BASELINES else get_pass(int(s)).flag for s in items)
 
 
 @dataclass
 class LibraryProgram:
-    """One library program: its hash, name, instruction counts as built and after -Oz, and ``results``: the
-    instruction count after each pipeline measured on it."""
+    """One library program: its hash, name, instruction count as built, and the library's objective after -Oz
+    (``oz_count``) and after each pipeline measured on it (``results``): IR instructions, or ``.text`` bytes in
+    a library searched for the text-size objective."""
 
     program: str
     name: str
@@ -86,7 +89,8 @@ class LibraryProgram:
         return ((OZ,), self.oz_count) if count >= self.oz_count else (steps, count)
 
     def gain(self, steps: Steps) -> Optional[float]:
-        """log(IC_Oz / IC) of a pipeline on this program, or None when it was not measured here."""
+        """log(IC_Oz / IC) of a pipeline on this program (bytes for a text-size library), or None when it was not
+        measured here."""
         count = self.results.get(steps)
         if count is None:
             return None
@@ -101,6 +105,8 @@ class ProgramLibrary:
         embeddings: float32 (N, D), row i for programs[i].
         encoder: identity of the encoder the embeddings come from (weights sha256, probe-set hash).
         revision: bumped whenever the library learns something (see :meth:`learn`).
+        objective: what its results count (``settings["objective"]``): ``"ir-count"`` (IR instructions in measure
+            mode; libraries made before objectives existed) or ``"text-size"`` (.text bytes in target mode).
     """
 
     def __init__(self, programs: List[LibraryProgram], embeddings: np.ndarray, encoder: dict, *,
@@ -131,6 +137,10 @@ class ProgramLibrary:
     @property
     def dim(self) -> int:
         return self.embeddings.shape[1]
+
+    @property
+    def objective(self) -> str:
+        return self.settings.get("objective", "ir-count")
 
     def _standardized(self, X: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray((np.asarray(X, np.float32) - self.mean) / self.scale, dtype=np.float32)
@@ -241,7 +251,7 @@ def merge_libraries(libraries: Sequence[ProgramLibrary]) -> ProgramLibrary:
     in. Standardization (mean, scale) is recomputed over all embeddings.
 
     Raises:
-        LibraryError: no libraries, or libraries of different encoders.
+        LibraryError: no libraries, or libraries of different encoders or objectives.
     """
     if not libraries:
         raise LibraryError("nothing to merge")
@@ -249,6 +259,9 @@ def merge_libraries(libraries: Sequence[ProgramLibrary]) -> ProgramLibrary:
     for other in libraries[1:]:
         if other.encoder != first.encoder:
             raise LibraryError(f"cannot merge libraries of different encoders ({first.encoder} and {other.encoder})")
+        if other.objective != first.objective:
+            raise LibraryError(f"cannot merge libraries of different objectives ({first.objective} and "
+                               f"{other.objective}): their results count different things")
     programs: List[LibraryProgram] = []
     rows: List[np.ndarray] = []
     seen: Dict[str, int] = {}
@@ -262,7 +275,7 @@ def merge_libraries(libraries: Sequence[ProgramLibrary]) -> ProgramLibrary:
             programs.append(LibraryProgram(program.program, program.name, program.instruction_count,
                                            program.oz_count, dict(program.results)))
             rows.append(row)
-    settings = {"merged": [dict(lib.settings, programs=len(lib)) for lib in libraries]}
+    settings = {"objective": first.objective, "merged": [dict(lib.settings, programs=len(lib)) for lib in libraries]}
     return ProgramLibrary(programs, np.stack(rows), first.encoder, settings=settings)
 
 
@@ -319,11 +332,14 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
 _library_cache: Dict[str, ProgramLibrary] = {}
 
 
-def default_library(encoder=None) -> ProgramLibrary:
-    """The shipped library (loaded once per process) for ``encoder`` (default: the shipped encoder)."""
-    key = "default" if encoder is None else str(getattr(encoder, "path", id(encoder)))
+def default_library(encoder=None, objective: str = "ir-count") -> ProgramLibrary:
+    """The shipped library (loaded once per process) for ``encoder`` (default: the shipped encoder) and
+    ``objective``: the one searched for text size when it is shipped, else the instruction-count one (whose
+    pipelines are then only candidates, each measured in bytes by the search)."""
+    name = TEXT_SIZE_NAME if objective == "text-size" and shipped(TEXT_SIZE_NAME).is_dir() else DEFAULT_NAME
+    key = f"{name}:" + ("default" if encoder is None else str(getattr(encoder, "path", id(encoder))))
     if key not in _library_cache:
-        _library_cache[key] = load_library(encoder=encoder)
+        _library_cache[key] = load_library(shipped(name), encoder=encoder)
     return _library_cache[key]
 
 

@@ -73,15 +73,18 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
     Args:
         module: a Module, or what :func:`load_module` takes (.c/.ll/.bc path or bytes).
         budget: candidate compilations allowed (0: -Oz).
-        library: a :class:`ProgramLibrary` (default: the shipped one).
+        library: a :class:`ProgramLibrary` (default: the shipped one for ``objective``, see
+            :func:`default_library`). A text-size library cannot serve the ir-count objective.
         embedding: the module's embedding float32 (D,), when already known (skips the probes).
-        learn: put what was measured into ``library`` (self-improvement; save it with ``library.save``).
+        learn: put what was measured into ``library`` (self-improvement; save it with ``library.save``); the
+            library must count the objective searched for.
         neighbor_indices: consult these library programs instead of the nearest (an ablation).
         objective: ``"ir-count"`` (IR instructions in measure mode, what the library holds) or ``"text-size"``
             (.text bytes of ``llc-19 -O2``'s object, each candidate run in target mode for ``target``: default
             the host triple with the CPU each function was compiled for). The library's pipelines are the
-            candidates either way (text-size tries -Os first); text-size measures each by compiling it, so it
-            costs more per candidate.
+            candidates either way (text-size tries -Os first), ranked by what the library counts: a library
+            searched for text size (``bpq library build --objective text-size``) ranks them by bytes. Text-size
+            measures each candidate by compiling it, so it costs more per candidate.
         seconds: also stop the local search once this much wall time has passed since the call (embedding
             included); with a large ``budget`` this makes the search time-bound, as baselines given a fixed wall
             time are. The library's candidates are always measured.
@@ -95,13 +98,17 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
     if seconds is not None and seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
     check_objective(objective)
-    if learn and objective != "ir-count":
-        raise ValueError("learn=True needs the ir-count objective: the library holds instruction counts")
     start = time.perf_counter()
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
     if library is None:
-        library = default_library(encoder)
+        library = default_library(encoder, objective)
+    if library.objective == "text-size" and objective != "text-size":
+        raise ValueError(f"this library was searched for text size: its pipelines are ranked by bytes, not by "
+                         f"{objective}; give the instruction-count library")
+    if learn and library.objective != objective:
+        raise ValueError(f"learn=True needs a library of the objective searched for: the library counts "
+                         f"{library.objective}, the search {objective}")
     probe_compilations = 0
     if embedding is None and neighbor_indices is None:
 
