@@ -2,7 +2,10 @@
 throughput with 1 and 2 workers, encoder throughput (per-module forward as embed runs it, and batched), and
 pretraining throughput on this machine's CPU (and CUDA when present).
 
-    python bench/bench_encoder.py [--modules 32] [--out bench/results]
+    python bench/bench_encoder.py [--modules 32] [--compare NAME=CHECKPOINT ...] [--out bench/results]
+
+``--compare`` times one module's embed (spectrum and encoder) with other encoders in the same run, as ratios
+against the shipped one (a checkpoint on another probe set, another vocabulary or reaction).
 
 Modules are small C programs the benchmark writes itself (loops over arrays of different shapes), compiled with
 clang-19 as `load_module` does.
@@ -55,9 +58,23 @@ def timed(fn, repeat):
     return statistics.median(times)
 
 
+def embed_cost(encoder, module, engine) -> dict:
+    """Seconds of one module's spectrum and of the encoder on it (medians of warm runs)."""
+    bpq.spectrum(module, encoder.probe_set, engine=engine)
+    spectrum_s = timed(lambda: bpq.spectrum(module, encoder.probe_set, engine=engine), 5)
+    s = bpq.spectrum(module, encoder.probe_set, engine=engine)[None]
+    original = None if encoder.reaction == "log-relative" else bpq.autophase(module)[None]
+    encode_s = timed(lambda: encoder.embed_spectra(s, original), 20)
+    return {"instructions": module.instruction_count, "probes": encoder.probe_set.num_probes,
+            "spectrum_s": round(spectrum_s, 4), "encoder_s": round(encode_s, 4),
+            "seconds": round(spectrum_s + encode_s, 4), "encoder_share": round(encode_s / (spectrum_s + encode_s), 4)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modules", type=int, default=32)
+    parser.add_argument("--compare", action="append", default=[], metavar="NAME=CHECKPOINT",
+                        help="another encoder whose embed cost is measured beside the shipped one; repeatable")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -67,19 +84,18 @@ def main():
     results = {"modules": len(modules), "median_instructions": int(np.median([m.instruction_count for m in modules])),
                "threads": torch.get_num_threads(), "checkpoint": str(encoder)}
 
-    # 1. one module: spectrum vs encoder share (one engine worker, warm)
+    # 1. one module: spectrum vs encoder share (one engine worker, warm), for each encoder compared
     engine = Engine(1)
     try:
         m = modules[len(modules) // 2]
-        bpq.spectrum(m, encoder.probe_set, engine=engine)
-        spectrum_s = timed(lambda: bpq.spectrum(m, encoder.probe_set, engine=engine), 5)
-        s = bpq.spectrum(m, encoder.probe_set, engine=engine)[None]
-        encode_s = timed(lambda: encoder.embed_spectra(s), 20)
+        results["embed_one"] = embed_cost(encoder, m, engine)
+        for item in args.compare:
+            name, _, path = item.partition("=")
+            other = embed_cost(load_encoder(path), m, engine)
+            other["seconds_vs_shipped"] = round(other["seconds"] / results["embed_one"]["seconds"], 3)
+            results[f"embed_one_{name}"] = other
     finally:
         engine.close()
-    results["embed_one"] = {"instructions": m.instruction_count, "spectrum_s": round(spectrum_s, 4),
-                            "encoder_s": round(encode_s, 4),
-                            "encoder_share": round(encode_s / (spectrum_s + encode_s), 4)}
 
     # 2. embed_many throughput, 1 vs 2 workers
     for workers in (1, 2):
