@@ -15,9 +15,9 @@ Programs are drawn (seeded) from the store's train split among modules with spec
 set. Each gets generic pipelines and two genetic searches; results are logged to OUT.search.jsonl as they come,
 so an interrupted build resumes where it stopped.
 
---objective text-size builds the library `bpq optimize --auto --objective text-size` and `bpq compile
---objective size` use (checkpoints/pqbert-small-s0-library-text-size): the same searches, then -Os, every
-pipeline found and 16 random edits of the smallest, each compiled for this host and scored by .text bytes.
+--objective text-size scores pipelines by .text bytes: the same searches, then -Os, every pipeline found and
+16 random edits of the smallest, each compiled for this host. Give it to `bpq optimize --auto --objective
+text-size --library DIR`; none is shipped (one of 300 programs did not beat the shipped library: BENCHMARKS.md).
 """
 
 GUIDANCE_EPILOG = """\

@@ -113,8 +113,7 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
                 "store": str(Path(store).resolve()), "programs": len(programs)}
     if objective != "ir-count":          # libraries of instruction counts keep the settings they always had
         target = target or Target.module_cpus()
-        settings.update(objective=objective, local=TEXT_SIZE_LOCAL,
-                        target={"triple": target.triple, "cpu": target.cpu, "features": target.features})
+        settings.update(objective=objective, local=TEXT_SIZE_LOCAL, target=target.to_dict())
     done: Dict[str, dict] = {}
     if log.exists():
         lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
