@@ -196,7 +196,7 @@ def cmd_demo(args) -> int:
     if encoder.probe_set.hash != probes.hash:  # the encoder reads spectra of the probe set it was pretrained on
         batch = spectra(modules, encoder.probe_set, progress=sys.stderr.isatty())
         batch.raise_first()
-    vectors = encoder.embed_spectra(batch.spectra)                       # (N, D)
+    vectors = encoder.embed_spectra(batch.spectra, batch.autophase[:, 0])   # (N, D); row 0: the module as given
     np.save(out / "embeddings.npy", vectors)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     names = [Path(m.name).stem[:12] for m in modules]

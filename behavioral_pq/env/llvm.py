@@ -401,7 +401,7 @@ _OBSERVERS: Dict[str, Callable[[LlvmEnv, Module], Any]] = {
     "ObjectTextSizeOz": lambda env, m: text_size(optimize(m, "Oz", engine=env.engine).bitcode),
     "Runtime": lambda env, m: _runtime(m),
     "Spectrum": lambda env, m: spectrum(m, env.encoder.probe_set, engine=env.engine),
-    "Codes": lambda env, m: env.encoder.codes(env._compute("Spectrum", m)[None])[0],
+    "Codes": lambda env, m: env.encoder.spectra_codes(env._compute("Spectrum", m)[None], autophase(m)[None])[0],
     "Embedding": lambda env, m: env.encoder.embed_spectra(env._compute("Spectrum", m)[None], autophase(m)[None])[0],
 }
 

@@ -30,6 +30,7 @@ from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import BPQError, CorpusError
 from behavioral_pq.reports.plotting import pyplot, save_figure
 from behavioral_pq.tasks.guidance import greedy_search, random_search, recommend_pipeline
+from behavioral_pq.tasks.guidance.build import stored_embeddings
 
 METHODS = ("pqbert-library", "random-neighbors", "random", "greedy")
 TARGETS = {"geomean at budget 50 >= 1.05": lambda r: r["pqbert-library"]["50"] >= 1.05,
@@ -68,11 +69,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                           + " outside the library")
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(shas, min(programs, len(shas)), replace=False).tolist())
-    try:
-        found, values = corpus.spectra(encoder.probe_set, shas=chosen)
-        stored = dict(zip(found, encoder.embed_spectra(values, batch_size=128)))
-    except CorpusError:
-        stored = {}
+    stored = stored_embeddings(corpus, encoder, chosen)
     budgets = sorted(set(int(b) for b in budgets))
     top = budgets[-1]
     out = Path(out)

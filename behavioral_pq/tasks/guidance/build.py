@@ -141,16 +141,7 @@ def build_library(store: Union[str, os.PathLike], out: Union[str, os.PathLike], 
     if not rows:
         raise LibraryError(f"{store}: no program could be searched")
     shas = [r["program"] for r in rows]
-    try:
-        found, values = corpus.spectra(encoder.probe_set, shas=shas)
-    except CorpusError:
-        found, values = [], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32)
-    original = None
-    if found and encoder.reaction != "log-relative":     # such encoders also read the modules' own Autophase
-        table = corpus.modules(["sha256", "autophase"]).to_pydict()
-        by_sha = dict(zip(table["sha256"], table["autophase"]))
-        original = np.array([by_sha[s] for s in found], np.int64)
-    embeddings = dict(zip(found, encoder.embed_spectra(values, original, batch_size=128))) if found else {}
+    embeddings = stored_embeddings(corpus, encoder, shas)
     missing = [s for s in shas if s not in embeddings]
     if missing:
         modules = {m.sha256: m for m in corpus.iter_modules(only=set(missing))}
@@ -187,3 +178,20 @@ def choose_library_programs(store: Union[str, os.PathLike], count: int, *, encod
         pool = sorted(pool)
     rng = np.random.default_rng(seed)
     return rng.choice(pool, min(count, len(pool)), replace=False).tolist()
+
+
+def stored_embeddings(corpus, encoder, shas) -> dict:
+    """sha256 -> float32 (D,) embedding of the modules among ``shas`` whose spectra for the encoder's probe set are
+    in the store (the others are left out); reads the modules' own Autophase too when the encoder needs it."""
+    try:
+        found, values = corpus.spectra(encoder.probe_set, shas=shas)
+    except CorpusError:
+        return {}
+    if not found:
+        return {}
+    original = None
+    if encoder.reaction != "log-relative":     # such encoders also read the modules' own Autophase
+        table = corpus.modules(["sha256", "autophase"]).to_pydict()
+        by_sha = dict(zip(table["sha256"], table["autophase"]))
+        original = np.array([by_sha[s] for s in found], np.int64)
+    return dict(zip(found, encoder.embed_spectra(values, original, batch_size=128)))
