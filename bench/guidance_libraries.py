@@ -4,6 +4,8 @@
                                        [--kind real] [--programs 40] [--budget 50] [--out bench/results]
 
 ``--library shipped`` (no DIR) is the shipped library; ``--merge A+B`` adds the merge of two named libraries.
+A library sits on the shipped encoder unless ``--encoder NAME=CHECKPOINT`` names the one it was built on (to
+compare the libraries of two encoders; each embeds the module with its own).
 On a seeded sample of the split's labelled modules (of ``--kind``, at most 20,000 instructions), each method
 gets the same ``--budget`` of candidate compilations (-Oz is measured besides and always available). Score:
 geometric mean of IC_Oz / IC, overall and by size bucket. Writes ``guidance-libraries-SPLIT.json``.
@@ -31,6 +33,8 @@ def main() -> int:
     parser.add_argument("--programs", type=int, default=40)
     parser.add_argument("--budget", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--encoder", action="append", default=[], metavar="NAME=CHECKPOINT",
+                        help="the encoder library NAME was built on (default: the shipped one)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -41,14 +45,19 @@ def main() -> int:
     from behavioral_pq.tasks.guidance import (default_library, greedy_search, load_library, merge_libraries,
                                               random_search, recommend_pipeline)
 
-    encoder = load_encoder()
-    libraries = {}
+    shipped = load_encoder()
+    on = {name: load_encoder(path) for name, path in (e.split("=", 1) for e in args.encoder)}
+    libraries, encoders = {}, {}
     for spec in args.library or ["shipped"]:
         name, _, path = spec.partition("=")
-        libraries[name] = default_library(encoder) if not path else load_library(path, encoder=encoder)
+        encoders[name] = on.get(name, shipped)
+        libraries[name] = (default_library(encoders[name]) if not path
+                           else load_library(path, encoder=encoders[name]))
     for spec in args.merge:
         a, b = spec.split("+")
-        libraries[spec] = merge_libraries([libraries[a], libraries[b]])
+        if encoders[a] is not encoders[b]:
+            parser.error(f"--merge {spec}: the two libraries sit on different encoders")
+        libraries[spec], encoders[spec] = merge_libraries([libraries[a], libraries[b]]), encoders[a]
     corpus = Corpus(args.store)
     kinds = corpus.program_kinds()
     sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
@@ -59,12 +68,15 @@ def main() -> int:
     rows = []
     with Engine(2) as engine:
         for module in corpus.iter_modules(only=chosen):
-            embedding = encoder.embed(module)
+            embedded = {}       # one embedding per encoder
             row = {"sha256": module.sha256, "instructions": module.instruction_count,
                    "bucket": size_bucket(module.instruction_count)}
             for name, library in libraries.items():
+                encoder = encoders[name]
+                if id(encoder) not in embedded:
+                    embedded[id(encoder)] = encoder.embed(module)
                 row[name] = recommend_pipeline(module, args.budget, library=library, encoder=encoder, engine=engine,
-                                               embedding=embedding).improvement
+                                               embedding=embedded[id(encoder)]).improvement
             row[f"greedy@{args.budget}"] = greedy_search(module, args.budget, engine=engine).improvement
             row[f"random@{args.budget}"] = random_search(module, args.budget, engine=engine).improvement
             rows.append(row)

@@ -3,13 +3,16 @@
     python bench/predictors.py STORE [--split test] [--best-pass NAME=DIR ...] [--oz NAME=DIR ...]
                                [--out bench/results]
 
-``NAME=DIR`` names a predictor folder (``bpq train``); ``shipped`` alone is the shipped one. Every predictor must
-sit on the shipped encoder (the store needs spectra for its probe set). Scores, on the split's labelled modules
-as built (the ones with spectra):
+``NAME=DIR`` names a predictor folder (``bpq train``); ``shipped`` alone is the shipped one. A predictor sits on
+the shipped encoder unless ``--encoder NAME=CHECKPOINT`` says which one it was trained on (to compare predictors
+of two encoders, e.g. an old checkpoint and a new one); every encoder's probe set needs spectra in the store, and
+all rows are scored on the split's labelled modules as built that have spectra for every probe set involved:
 
 - best-pass: Top-1 of the best *next* pass (125 classes, what the predictor is trained for) and Top-1 of the
   paper's task (best pass of the module as built among the 124 passes: the predictor's top pass that is one).
 - oz-benefit: mean absolute error in points of ``(IC0 - IC_Oz) / IC0``.
+- with ``--states DIR`` (``bpq corpus states``), best-pass predictors are also scored on the split's intermediate
+  states (best next pass, Top-1), by program kind; only those whose encoder has the states' probe set.
 - prior: the train split's most frequent class, and its mean -Oz benefit (the constant baselines).
 
 Writes ``predictors-SPLIT.json`` and prints Markdown tables.
@@ -42,6 +45,9 @@ def main() -> int:
     parser.add_argument("--split", default="test")
     parser.add_argument("--best-pass", action="append", default=[], metavar="NAME[=DIR]")
     parser.add_argument("--oz", action="append", default=[], metavar="NAME[=DIR]")
+    parser.add_argument("--encoder", action="append", default=[], metavar="NAME=CHECKPOINT",
+                        help="the encoder the predictors named NAME sit on (default: the shipped one)")
+    parser.add_argument("--states", metavar="DIR", help="state folder: also score best next pass on its states")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -53,14 +59,27 @@ def main() -> int:
     from behavioral_pq.tasks.estimators import class_frequencies
     from behavioral_pq.tasks.predictors import load_predictor
 
-    encoder = load_encoder()
-    items = module_items(args.store, encoder.probe_set, splits=["train", args.split])
+    shipped = load_encoder()
+    encoders = {name: load_encoder(path) for name, path in named(args.encoder).items()}
+    probe_sets = {e.probe_set.hash: e.probe_set for e in [shipped, *encoders.values()]}
+    per_set = {h: module_items(args.store, ps, splits=["train", args.split]) for h, ps in probe_sets.items()}
+    common = set.intersection(*(set(i.ids) for i in per_set.values()))
+    for h, items in per_set.items():      # the same modules, in the same order, for every probe set
+        order = {sha: k for k, sha in enumerate(items.ids)}
+        per_set[h] = items.subset([order[sha] for sha in sorted(common)])
+    items = per_set[shipped.probe_set.hash]
     train, test = items.split("train"), items.split(args.split)
     if not len(test):
-        print(f"{args.store}: no labelled {args.split} modules with spectra for {encoder.probe_set.name}",
-              file=sys.stderr)
+        print(f"{args.store}: no labelled {args.split} modules with spectra for "
+              f"{', '.join(ps.name for ps in probe_sets.values())}", file=sys.stderr)
         return 2
-    X = embeddings(test, encoder)
+    cache = {}
+
+    def embedded(encoder):
+        key = id(encoder) if encoder.fine_tuned else (str(encoder.path), encoder.pooling)
+        if key not in cache:
+            cache[key] = embeddings(per_set[encoder.probe_set.hash].split(args.split), encoder)
+        return cache[key]
     next_sets, task1_sets = test.next_pass_sets(), test.best_pass_sets()
     oz = test.oz_benefit()
     kind_of = Corpus(args.store).program_kinds()
@@ -70,18 +89,19 @@ def main() -> int:
     prior_task1 = class_frequencies(train.best_pass_sets(), 124)
     rows = {"prior": {"next": np.tile(prior_next, (len(test), 1)), "task1": np.tile(prior_task1, (len(test), 1)),
                       "oz": np.full(len(test), float(train.oz_benefit().mean()))}}
-    def predict(path, kind):            # a fine-tuned predictor embeds with its own weights
-        predictor = load_predictor(path, kind=kind, encoder=encoder)
-        return predictor.predict_embeddings(embeddings(test, predictor.encoder) if predictor.encoder.fine_tuned else X)
+    def predict(name, path, kind):      # a fine-tuned predictor embeds with its own weights
+        predictor = load_predictor(path, kind=kind, encoder=encoders.get(name, shipped))
+        return predictor.predict_embeddings(embedded(predictor.encoder))
 
     for name, path in named(args.best_pass).items():
-        proba = predict(path, "best-pass")
+        proba = predict(name, path, "best-pass")
         rows.setdefault(name, {}).update(next=proba, task1=proba[:, :124])
     for name, path in named(args.oz).items():
-        rows.setdefault(name, {})["oz"] = predict(path, "oz-benefit")
+        rows.setdefault(name, {})["oz"] = predict(name, path, "oz-benefit")
 
     result = {"store": str(Path(args.store).resolve()), "split": args.split, "train_items": len(train),
-              "probe_set": encoder.probe_set.name, "slices": {}}
+              "probe_sets": [ps.name for ps in probe_sets.values()],
+              "encoders": {name: str(e.path) for name, e in encoders.items()}, "slices": {}}
     for slice_name, mask in masks.items():
         entry = {"items": int(mask.sum())}
         for name, row in rows.items():
@@ -94,6 +114,8 @@ def main() -> int:
                 scores["oz_mae"] = float(np.abs(row["oz"][pick] - oz[pick]).mean() * 100) if len(pick) else None
             entry[name] = scores
         result["slices"][slice_name] = entry
+    if args.states:
+        result["states"] = score_states(args, named(args.best_pass), encoders, shipped, kind_of, prior_next)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"predictors-{args.split}.json").write_text(json.dumps(result, indent=1))
@@ -111,7 +133,33 @@ def main() -> int:
             print(f"| {slice_name} | {entry['items']} | " + " | ".join(
                 f"{entry[n][metric] * scale:.2f}" if metric == "oz_mae" else f"{entry[n][metric] * scale:.1f}"
                 for n in shown) + " |")
+    if args.states:
+        shown = [n for n in result["states"]["all"] if n != "items"]
+        print(f"\nbest next pass from states, Top-1 % ({args.split} split)\n\n| slice | items | " + " | ".join(shown)
+              + " |\n|---|---:|" + "---:|" * len(shown))
+        for slice_name, entry in result["states"].items():
+            print(f"| {slice_name} | {entry['items']} | " + " | ".join(
+                "-" if entry[n] is None else f"{entry[n] * 100:.1f}" for n in shown) + " |")
     return 0
+
+
+def score_states(args, predictors, encoders, shipped, kind_of, prior_next) -> dict:
+    """Top-1 of the best next pass on the split's states, for the predictors whose encoder fits the states."""
+    from behavioral_pq.tasks.datasets import embeddings, state_items
+    from behavioral_pq.tasks.predictors import load_predictor
+
+    states = state_items(args.states).split(args.split)
+    sets = states.next_pass_sets()
+    kinds = [kind_of.get(g, "small") for g in states.groups]
+    masks = {"all": np.ones(len(states), bool), **{k: np.array([x == k for x in kinds]) for k in ("small", "real")}}
+    scores = {"prior": np.tile(prior_next, (len(states), 1))}
+    for name, path in predictors.items():
+        predictor = load_predictor(path, kind="best-pass", encoder=encoders.get(name, shipped))
+        fits = predictor.encoder.probe_set.num_probes == states.spectra.shape[1]
+        scores[name] = predictor.predict_embeddings(embeddings(states, predictor.encoder)) if fits else None
+    return {slice_name: {"items": int(mask.sum()), **{
+                name: None if row is None or not mask.any() else top1(row[mask], [sets[i] for i in np.flatnonzero(mask)])
+                for name, row in scores.items()}} for slice_name, mask in masks.items()}
 
 
 if __name__ == "__main__":
