@@ -113,13 +113,13 @@ def campaign(work: Path, flips: int, seed: int) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     targets = []  # (artifact, folder to copy, file inside it, answer(path-of-copy), error class name)
     for f in ("config.json", "probes.json", "quantizer.npz", "model.safetensors"):
-        targets.append(("checkpoint", CHECKPOINTS / "pqbert-small-s0", f, _embed_answer))
+        targets.append(("checkpoint", CHECKPOINTS / "pqbert-small-m14-s0", f, _embed_answer))
     for f in ("predictor.json", "estimator.json", "estimator.safetensors"):
-        targets.append(("predictor", CHECKPOINTS / "pqbert-small-s0-oz", f, _predictor_answer))
+        targets.append(("predictor", CHECKPOINTS / "pqbert-small-m14-s0-oz", f, _predictor_answer))
     for f in ("library.json", "index.faiss"):
-        targets.append(("library", CHECKPOINTS / "pqbert-small-s0-library", f, _library_answer))
-    targets.append(("probe-set", CHECKPOINTS / "pqbert-small-s0", "probes.json", lambda d: _probes_answer(d / "probes.json")))
-    targets.append(("quantizer", CHECKPOINTS / "pqbert-small-s0", "quantizer.npz",
+        targets.append(("library", CHECKPOINTS / "pqbert-small-m14-s0-library", f, _library_answer))
+    targets.append(("probe-set", CHECKPOINTS / "pqbert-small-m14-s0", "probes.json", lambda d: _probes_answer(d / "probes.json")))
+    targets.append(("quantizer", CHECKPOINTS / "pqbert-small-m14-s0", "quantizer.npz",
                     lambda d: _quantizer_answer(d / "quantizer.npz")))
     store = work / "store"
     if not store.exists():

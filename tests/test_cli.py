@@ -100,5 +100,5 @@ def test_demo(tmp_path):
     assert np.load(tmp_path / "demo" / "spectra.npy").shape == (4, 24, 56)
     assert len(list((tmp_path / "demo").glob("*_spectrum.png"))) == 4
     embeddings = np.load(tmp_path / "demo" / "embeddings.npy")
-    assert embeddings.shape == (4, 256) and np.isfinite(embeddings).all()
+    assert embeddings.shape == (4, 224) and np.isfinite(embeddings).all()     # the shipped encoder's d_model
     assert "cosine similarity" in out.stdout

@@ -216,7 +216,7 @@ def test_trained_predictors_reach_a_stated_accuracy_and_refuse_other_encoders(wo
     assert [p.score for p in ranked] == sorted((p.score for p in ranked), reverse=True)
     # stated accuracy on this corpus: the true best pass is among the top 5 for at least 90% of training items
     items = module_items(world["store"], world["probes"]).split("train")
-    X = encoder.embed_spectra(items.spectra)
+    X = encoder.embed_spectra(items.spectra, items.autophase)
     assert predictor.estimator.score(X, items.next_pass_sets(), 5) >= 0.9
 
     train_predictor("oz-benefit", world["store"], tmp_path / "oz", encoder=encoder, settings=FAST)

@@ -18,8 +18,8 @@ from conftest import EXAMPLES, ROOT
 import behavioral_pq as bpq
 from behavioral_pq.artifacts import sha256_file
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover
-from behavioral_pq.embedding.checkpoint import load_checkpoint, save_encoder
-from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.checkpoint import load_checkpoint, read_checkpoint_config, save_encoder
+from behavioral_pq.embedding.encoder import default_checkpoint, load_encoder
 from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.embedding.quantizer import Quantizer
@@ -182,7 +182,7 @@ def synthetic_run(path: Path, modules=512, probes=16, seed=0) -> Path:
 
 def tiny_config(**training) -> PretrainConfig:
     base = dict(batch_size=16, learning_rate=3e-3, warmup_steps=10, max_steps=60, log_every=5, eval_every=30,
-                shuffle_buffer=128)
+                shuffle_buffer=128, reaction="log-relative", quantizer_subspaces=8)   # the synthetic runs' codes
     base.update(training)
     return PretrainConfig(model={"preset": "tiny"}, training=TrainingConfig(**base))
 
@@ -255,7 +255,18 @@ def test_pretrain_config_files(tmp_path):
     config = PretrainConfig.load(ROOT / "pretrain" / "default.toml")
     assert config == PretrainConfig()          # the file spells out the defaults the CLI uses
     assert config.model["preset"] == "small" and config.training.batch_size % 2 == 0
-    assert config.model_config(100).hidden_size == 256
+    assert config.model_config(25).hidden_size == 224 and config.training.quantizer_subspaces == 14
+    shipped = read_checkpoint_config(default_checkpoint())    # the shipped encoder was trained with these settings
+    assert config.model_config(25).to_dict() == shipped["model"]
+    assert {k: shipped["training"][k] for k in config.to_dict()["training"]} == config.to_dict()["training"]
+    paper = PretrainConfig.load(ROOT / "pretrain" / "paper-m8.toml")
+    assert paper.model_config(100).num_subspaces == 8 and paper.training.reaction == "log-relative"
+    bad = tmp_path / "mismatch.toml"
+    bad.write_text("[model]\npreset = 'small'\nnum_subspaces = 8\n[training]\nquantizer_subspaces = 14\n")
+    with pytest.raises(ConfigError, match="mismatch.toml: .*num_subspaces is 8.*quantizer_subspaces 14"):
+        PretrainConfig.load(bad)
+    follows = PretrainConfig(model={"preset": "tiny"}, training=TrainingConfig(quantizer_subspaces=28))
+    assert follows.model_config(25).num_subspaces == 28        # the model takes the quantizer's sub-spaces
     bad = tmp_path / "bad.toml"
     bad.write_text("[training]\nbatch_sise = 3\n")
     with pytest.raises(ConfigError, match="batch_sise"):
@@ -423,7 +434,8 @@ def test_prepare_and_pretrain_from_a_corpus_store(tmp_path):
     compute_spectra(store, probes_path, workers=1)
     config = PretrainConfig(model={"preset": "tiny"},
                             training=TrainingConfig(batch_size=8, max_steps=6, eval_every=3, log_every=1,
-                                                    warmup_steps=2, quantizer_rows=4096))
+                                                    warmup_steps=2, quantizer_rows=4096, reaction="log-relative",
+                                                    quantizer_subspaces=8))   # the paper's vocabulary
     summary = pretrain(store, tmp_path / "run", config, probes=probes_path)
     prepared = json.loads((tmp_path / "run" / "prepare.json").read_text())
     counts = prepared["modules"]
@@ -459,18 +471,18 @@ def test_module_token_encoder_reads_the_modules_own_autophase(tmp_path):
     compute_spectra(store, probes_path, workers=1)
     config = PretrainConfig(model={"preset": "tiny"},
                             training=TrainingConfig(batch_size=8, max_steps=4, eval_every=2, log_every=1,
-                                                    warmup_steps=1, quantizer_rows=4096,
-                                                    reaction="log-relative+module"))
+                                                    warmup_steps=1, quantizer_rows=4096))   # the default reaction
     pretrain(store, tmp_path / "run", config, probes=probes_path)
     encoder = load_encoder(tmp_path / "run" / "encoder")
     assert encoder.reaction == "log-relative+module" and encoder.model.config.num_probes == 17
-    assert read_codes(tmp_path / "run" / "codes" / "train.parquet").shape[1:] == (17, 8)
+    assert encoder.quantizer.num_subspaces == encoder.model.config.num_subspaces == 14     # the default vocabulary
+    assert read_codes(tmp_path / "run" / "codes" / "train.parquet", 14).shape[1:] == (17, 14)
 
     module = bpq.load_module(EXAMPLES / "matmul.c")
     batch = bpq.spectra([module], encoder.probe_set)
     original = batch.autophase[:, 0]
     codes = encoder.spectra_codes(batch.spectra, original)
-    assert codes.shape == (1, 17, 8)
+    assert codes.shape == (1, 17, 14)
     assert np.array_equal(codes[0, :16], encoder.quantizer.encode(batch.spectra[0]))   # the probes, as always
     assert np.array_equal(codes[0, 16], encoder.quantizer.encode(module_row(original))[0])
     assert np.array_equal(encoder.embed(module), encoder.embed_spectra(batch.spectra, original)[0])

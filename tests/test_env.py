@@ -144,8 +144,12 @@ def test_observations_benchmarks_and_registration():
     assert env.observation["InstCount"].shape == (len(bpq.core.features.INSTCOUNT_FEATURES),)
     assert env.observation["ObjectTextSizeBytes"] > 0
     env.reset(benchmark=PROGRAM)
-    assert env.observation["Spectrum"].shape == (100, 56) and env.observation["Embedding"].shape == (256,)
-    assert env.observation["Codes"].shape == (100, 8)
+    encoder = bpq.load_encoder()
+    p, m = encoder.probe_set.num_probes, encoder.quantizer.num_subspaces
+    assert env.observation["Spectrum"].shape == (p, 56) and env.observation["Embedding"].shape == (encoder.dim,)
+    assert env.observation["Codes"].shape == (encoder.model.config.num_probes, m)   # + the module row
+    np.testing.assert_array_equal(env.observation["Codes"], encoder.spectra_codes(
+        env.observation["Spectrum"][None], env.observation["Autophase"][None])[0])
     np.testing.assert_array_equal(env.observation["Embedding"], bpq.embed(PROGRAM))
     assert set(env.observation.keys()) == set(OBSERVATION_SPACES)
     gym_env = gymnasium.make("bpq/llvm-v0", benchmark=PROGRAM, observation_space="IrInstructionCount",

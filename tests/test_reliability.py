@@ -137,16 +137,16 @@ def _edit_json(path, edit):
 
 def test_an_edited_number_in_a_checkpoint_config_is_refused(tmp_path):
     """Defect 5: config.json had no checksum; a changed number (here the layer-norm epsilon) loaded silently."""
-    folder = _copy("pqbert-small-s0", tmp_path)
+    folder = _copy("pqbert-small-m14-s0", tmp_path)
     config = folder / "config.json"
     _edit_json(config, lambda d: d["model"].update(layer_norm_eps=d["model"].get("layer_norm_eps", 1e-5) * 10))
     with pytest.raises(CheckpointError, match="config.json: content digest mismatch"):
         load_checkpoint(folder)
 
 
-@pytest.mark.parametrize("name,file", [("pqbert-small-s0-oz", "estimator.safetensors"),
-                                       ("pqbert-small-s0-oz", "estimator.json"),
-                                       ("pqbert-small-s0-oz", "predictor.json")])
+@pytest.mark.parametrize("name,file", [("pqbert-small-m14-s0-oz", "estimator.safetensors"),
+                                       ("pqbert-small-m14-s0-oz", "estimator.json"),
+                                       ("pqbert-small-m14-s0-oz", "predictor.json")])
 def test_corrupt_predictor_files_are_refused(tmp_path, name, file):
     """Defect 6: predictor weights and metadata had no checksums; flipped weight bits gave other predictions."""
     from behavioral_pq.errors import PredictorError
@@ -171,7 +171,7 @@ def test_corrupt_library_files_are_refused(tmp_path, file):
     from behavioral_pq.errors import LibraryError
     from behavioral_pq.tasks.guidance import load_library
 
-    folder = _copy("pqbert-small-s0-library", tmp_path)
+    folder = _copy("pqbert-small-m14-s0-library", tmp_path)
     path = folder / file
     if file == "index.faiss":
         data = bytearray(path.read_bytes())
@@ -189,7 +189,7 @@ def test_a_probe_set_file_with_a_non_utf8_byte_is_a_probe_set_error(tmp_path):
     from behavioral_pq.errors import ProbeSetError
 
     path = tmp_path / "probes.json"
-    data = bytearray((CHECKPOINTS / "pqbert-small-s0" / "probes.json").read_bytes())
+    data = bytearray((CHECKPOINTS / "pqbert-small-m14-s0" / "probes.json").read_bytes())
     data[len(data) // 2] |= 0x80
     path.write_bytes(bytes(data))
     with pytest.raises(ProbeSetError, match="probes.json: not a probe-set file"):

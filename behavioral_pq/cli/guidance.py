@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 LIBRARY_EPILOG = """\
-example (the shipped library, checkpoints/pqbert-small-s0-library):
+example (the shipped library, checkpoints/pqbert-small-m14-s0-library):
   bpq library build --corpus store/ --out my-library --programs 1200
 
 Programs are drawn (seeded) from the store's train split among modules with spectra for the encoder's probe

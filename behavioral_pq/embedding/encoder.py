@@ -48,7 +48,7 @@ def shipped(name: str) -> Path:
 
 def default_checkpoint() -> Path:
     """The shipped encoder."""
-    return shipped("pqbert-small-s0")
+    return shipped("pqbert-small-m14-s0")
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ FORMAT_VERSION = 1
 KINDS = ("best-pass", "oz-benefit")
 ESTIMATOR_FILES = ("estimator.json", "estimator.safetensors")
 TUNED_ENCODER_FILE = "encoder.safetensors"
-DEFAULT_NAMES = {"best-pass": "pqbert-small-s0-best-pass", "oz-benefit": "pqbert-small-s0-oz"}
+DEFAULT_NAMES = {"best-pass": "pqbert-small-m14-s0-best-pass", "oz-benefit": "pqbert-small-m14-s0-oz"}
 
 
 class PassScore(NamedTuple):

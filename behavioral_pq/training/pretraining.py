@@ -54,7 +54,7 @@ class TrainingConfig:
     learning_rate: float = 5e-4
     weight_decay: float = 0.01
     warmup_steps: int = 100
-    max_steps: int = 1500
+    max_steps: int = 3000
     min_lr_ratio: float = 0.1          # cosine decay ends at learning_rate * min_lr_ratio
     grad_clip: float = 1.0
     mask_probability: float = 0.15
@@ -64,8 +64,9 @@ class TrainingConfig:
     shuffle_buffer: int = 8192         # modules held for shuffling
     quantizer_rows: int = 262_144      # reaction rows sampled to fit the quantizer
     validation_modules: int = 1000     # at most this many modules per held-out split
-    reaction: str = "log-relative"     # "absolute" (ablation: h_opt - h_orig) or "log-relative+module" (+ h_orig token)
-    quantizer_subspaces: int = 8       # M; 1 makes the quantizer k-means on whole reaction rows (ablation)
+    reaction: str = "log-relative+module"  # + the module's own Autophase as a token; "log-relative" (the paper's),
+                                           # "absolute" (ablation: h_opt - h_orig)
+    quantizer_subspaces: int = 14      # M (the paper's is 8); 1 makes the quantizer k-means on whole rows (ablation)
 
     def __post_init__(self):
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "shuffle_buffer", "quantizer_rows",
@@ -81,15 +82,31 @@ class TrainingConfig:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
 
 
+#: The shipped encoder's model: the small preset with 14 sub-spaces of 16-dim sub-embeddings (d_model 224).
+DEFAULT_MODEL = {"preset": "small", "num_subspaces": 14, "sub_embedding_size": 16}
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
-    """A whole run: the model (``[model]``: ``preset`` plus PQBertConfig overrides) and ``[training]``."""
+    """A whole run: the model (``[model]``: ``preset`` plus PQBertConfig overrides) and ``[training]``.
 
-    model: dict = field(default_factory=lambda: {"preset": "small"})
+    The defaults are the shipped encoder's (``pretrain/default.toml``). The model has one token slot per quantizer
+    sub-space: its ``num_subspaces`` is ``training.quantizer_subspaces`` unless ``model`` names it, and then they
+    must be equal.
+    """
+
+    model: dict = field(default_factory=lambda: dict(DEFAULT_MODEL))
     training: TrainingConfig = TrainingConfig()
+
+    def __post_init__(self):
+        given = self.model.get("num_subspaces", self.training.quantizer_subspaces)
+        if given != self.training.quantizer_subspaces:
+            raise ConfigError(f"[model] num_subspaces is {given}, [training] quantizer_subspaces "
+                              f"{self.training.quantizer_subspaces}; they must be equal")
 
     def model_config(self, num_probes: int) -> PQBertConfig:
         overrides = {k: v for k, v in self.model.items() if k != "preset"}
+        overrides.setdefault("num_subspaces", self.training.quantizer_subspaces)
         try:
             return PQBertConfig.preset(self.model.get("preset", "base"), num_probes=num_probes, **overrides)
         except TypeError as exc:
@@ -103,8 +120,11 @@ class PretrainConfig:
         unknown = sorted(set(data) - {"model", "training"})
         if unknown:
             raise ConfigError(f"{where}: unknown tables {unknown}; known: ['model', 'training']")
-        config = cls(model=dict(data.get("model", {"preset": "small"})),
-                     training=from_dict(TrainingConfig, data.get("training", {}), f"{where} [training]"))
+        try:
+            config = cls(model=dict(data.get("model", DEFAULT_MODEL)),
+                         training=from_dict(TrainingConfig, data.get("training", {}), f"{where} [training]"))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         config.model_config(100)  # validates the model table
         return config
 
@@ -538,7 +558,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
         if evaluate:
             if dist_info.main:
                 _save_state(state_path, model, optimizer, step, elapsed, config)
-                plot_training_curve(log_path, run / "training-curve.png")
+                plot_training_curve(log_path, run / "training-curve.png", model_config.num_subspaces)
             dist_info.barrier()
     if bar is not None:
         bar.close()
@@ -575,8 +595,9 @@ def read_log(path: Path) -> List[dict]:
         return list(csv.DictReader(f))
 
 
-def plot_training_curve(log_path: Path, out: Path) -> None:
-    """Training and validation loss (left) and validation masked-code accuracy (right) against the step."""
+def plot_training_curve(log_path: Path, out: Path, heads: int = 8) -> None:
+    """Training and validation loss (left; the sum over the ``heads`` sub-space heads) and validation masked-code
+    accuracy (right) against the step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -592,7 +613,7 @@ def plot_training_curve(log_path: Path, out: Path) -> None:
     ax.plot([int(r["step"]) for r in valid], [float(r["valid_loss"]) for r in valid], "o-", label="valid loss",
             color="tab:orange")
     ax.set_xlabel("step")
-    ax.set_ylabel("masked-LM loss (sum over 8 heads)")
+    ax.set_ylabel(f"masked-LM loss (sum over {heads} heads)")
     right = ax.twinx()
     right.plot([int(r["step"]) for r in valid], [float(r["valid_accuracy"]) for r in valid], "s--",
                color="tab:green", label="valid accuracy")

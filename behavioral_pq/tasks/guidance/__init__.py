@@ -6,7 +6,7 @@ A *pipeline* here is a tuple of steps, each a catalog flag (``"-gvn"``) or ``"-O
 - :class:`ProgramLibrary`: training programs' embeddings in a FAISS index and, per program, the instruction counts
   of good pipelines found for it offline (:func:`build_library`: a few generic pipelines, and genetic searches
   from the module as built and from its -Oz output). Saved as a versioned folder; the shipped default is
-  ``checkpoints/pqbert-small-s0-library``.
+  ``checkpoints/pqbert-small-m14-s0-library``.
 - :func:`recommend_pipeline`: embed a module, rank the pipelines of its nearest library programs by a
   distance-weighted vote of their measured gains over -Oz, try the best within a budget of compilations, spend
   the rest of the budget on a local search around the best found, and return the best. -Oz is the reference: it

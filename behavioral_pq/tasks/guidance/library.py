@@ -33,9 +33,9 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "behavioral_pq.library"
 FORMAT_VERSION = 1
-DEFAULT_NAME = "pqbert-small-s0-library"
+DEFAULT_NAME = "pqbert-small-m14-s0-library"
 #: The shipped library searched for ``.text`` bytes (``objective="text-size"``), when present.
-TEXT_SIZE_NAME = "pqbert-small-s0-library-text-size"
+TEXT_SIZE_NAME = "pqbert-small-m14-s0-library-text-size"
 OZ = "-Oz"
 
 Steps = Tuple[str, ...]
