@@ -495,6 +495,25 @@ def test_module_token_encoder_reads_the_modules_own_autophase(tmp_path):
         encoder.codes(batch.spectra)
 
 
+def test_the_first_encoder_and_its_models_still_load_by_path():
+    """pqbert-small-s0 (the paper's M=8, 100 probes, no module row) was the default until 2026-11-25; it stays usable."""
+    from behavioral_pq.embedding.encoder import shipped
+    from behavioral_pq.tasks.guidance import load_library
+    from behavioral_pq.tasks.predictors import load_predictor
+
+    first = load_encoder(shipped("pqbert-small-s0"))
+    assert first.reaction == "log-relative" and first.probe_set.num_probes == 100 and first.dim == 256
+    assert first.dim != load_encoder().dim
+    module = bpq.load_module(EXAMPLES / "sum_array.c")
+    vector = first.embed(module)
+    assert vector.shape == (256,) and np.isfinite(vector).all()
+    oz = load_predictor(shipped("pqbert-small-s0-oz"), encoder=first)
+    assert 0.0 < bpq.predict_oz_benefit(module, predictor=oz) < 1.0
+    assert len(load_library(shipped("pqbert-small-s0-library"), encoder=first).programs) == 1200
+    with pytest.raises(Exception, match="trained on encoder"):      # and never on top of the new default
+        load_predictor(shipped("pqbert-small-s0-oz"))
+
+
 def test_default_encoder_embeds_from_a_fresh_process_via_the_cli(tmp_path):
     out = tmp_path / "e.npy"
     run = subprocess.run([sys.executable, "-m", "behavioral_pq", "embed", str(EXAMPLES / "sum_array.c"),
