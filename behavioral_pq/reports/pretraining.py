@@ -116,7 +116,7 @@ def write_report(report: dict, out: Path) -> None:
     lines = ["# PQ-BERT masked-code accuracy (held-out test modules)", "",
              f"Run `{Path(report['run']).name}`: {report['training']['steps']} steps, "
              f"{report['corpus'].get('modules')} pretraining modules; {report['test_modules']} test modules, "
-             f"{report['mask_probability']:.0%} of the P x 8 positions masked (seed {report['seed']}).", "",
+             f"{report['mask_probability']:.0%} of the P x {heads} positions masked (seed {report['seed']}).", "",
              "| method | mean | " + " | ".join(f"head {h}" for h in range(heads)) + " |",
              "|---|---|" + "---|" * heads]
     for name, result in methods.items():
