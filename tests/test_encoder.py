@@ -123,6 +123,32 @@ def test_masking_rate_and_loss_only_on_masked_positions():
         assert torch.equal(changed.masked_fill(masked, MASK_ID), inputs)
 
 
+def test_pooled_decoder_loss_rebuilds_every_code_from_the_pooled_embedding():
+    """pooled_weight > 0 adds the cross-entropy of every code (masked or not) rebuilt from the mean of the final
+    states alone; the embedding is unchanged by the decoder, and the loss splits exactly between processes."""
+    codes = torch.randint(0, 256, (6, 12, 8), generator=torch.Generator().manual_seed(0))
+    inputs, labels = mask_codes(codes, 0.15, torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    model = PQBert(PQBertConfig.preset("tiny", num_probes=12, pooled_decoder=True)).eval()
+    with torch.no_grad():
+        mlm = masked_lm_loss(model, inputs, labels)[0]
+        both = masked_lm_loss(model, inputs, labels, pooled_weight=0.5)[0]
+        logits = model.reconstruct(model.embed(inputs))                                  # (B, P, M, 256)
+        rebuilt = sum(torch.nn.functional.cross_entropy(logits[:, :, m].flatten(0, 1), codes[:, :, m].flatten())
+                      for m in range(8))
+        assert torch.allclose(both, mlm + 0.5 * rebuilt, atol=1e-4)
+        counts = (labels != IGNORE_INDEX).sum(dim=(0, 1)).float()
+        halves = sum(masked_lm_loss(model, inputs[k::2], labels[k::2], counts, 0.5, len(codes))[0] for k in (0, 1))
+        assert torch.allclose(halves, masked_lm_loss(model, inputs, labels, counts, 0.5)[0], atol=1e-4)
+    plain = PQBert(PQBertConfig.preset("tiny", num_probes=12))
+    with pytest.raises(ValueError, match="no pooled decoder"):
+        plain.reconstruct(torch.zeros(1, 64))
+    config = PretrainConfig(model={"preset": "tiny"}, training=TrainingConfig(pooled_weight=1.0))
+    assert config.model_config(12).pooled_decoder and not PretrainConfig().model_config(12).pooled_decoder
+    with pytest.raises(ValueError, match="pooled_weight"):
+        TrainingConfig(pooled_weight=-1.0)
+
+
 def test_tiny_model_overfits_a_small_batch():
     torch.manual_seed(0)
     model = PQBert(PQBertConfig.preset("tiny"))
@@ -257,8 +283,10 @@ def test_pretrain_config_files(tmp_path):
     assert config.model["preset"] == "small" and config.training.batch_size % 2 == 0
     assert config.model_config(25).hidden_size == 224 and config.training.quantizer_subspaces == 14
     shipped = read_checkpoint_config(default_checkpoint())    # the shipped encoder was trained with these settings
-    assert config.model_config(25).to_dict() == shipped["model"]
-    assert {k: shipped["training"][k] for k in config.to_dict()["training"]} == config.to_dict()["training"]
+    assert config.model_config(25) == PQBertConfig.from_dict(shipped["model"])
+    later = {"pooled_weight": 0.0}                       # settings added after it was trained, at their defaults
+    assert {k: shipped["training"].get(k, later.get(k)) for k in config.to_dict()["training"]} == \
+        config.to_dict()["training"]
     paper = PretrainConfig.load(ROOT / "pretrain" / "paper-m8.toml")
     assert paper.model_config(100).num_subspaces == 8 and paper.training.reaction == "log-relative"
     bad = tmp_path / "mismatch.toml"

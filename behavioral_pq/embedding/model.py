@@ -7,6 +7,10 @@ positions. M linear heads predict each sub-space's code at every probe position 
 
 The embedding of a module is the mean of the final hidden states over the P probe positions (``pooling="mean"``,
 the default); ``pooling="cls"`` takes the [CLS] state instead. See the README for the comparison.
+
+A model with ``pooled_decoder`` also learns, during pretraining, to rebuild every code from the mean-pooled
+embedding alone (``masked_lm_loss(..., pooled_weight=...)``), which makes the pooled vector keep each probe's
+reaction; the decoder is not used to embed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class PQBertConfig:
     layer_norm_eps: float = 1e-5
     initializer_range: float = 0.02
     context_free: bool = False            # ablation: each position attends only to itself (no cross-probe context)
+    pooled_decoder: bool = False          # a decoder that rebuilds every code from the mean-pooled embedding alone
 
     def __post_init__(self):
         for f in fields(self):
@@ -94,6 +99,10 @@ class PQBert(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, c.num_hidden_layers, enable_nested_tensor=False)
         self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.heads = nn.ModuleList(nn.Linear(c.hidden_size, c.codebook_size) for _ in range(c.num_subspaces))
+        if c.pooled_decoder:        # pretraining only: makes the pooled embedding hold each position's codes
+            self.decoder_positions = nn.Embedding(c.num_probes, c.hidden_size)
+            self.decoder = nn.Sequential(nn.Linear(c.hidden_size, c.hidden_size), nn.GELU(),
+                                         nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps))
         self.apply(self._init_weights)
         nn.init.normal_(self.cls_embedding, std=c.initializer_range)
 
@@ -123,6 +132,14 @@ class PQBert(nn.Module):
         h = self.hidden_states(codes)[:, 1:]                                         # (B, P, H)
         return torch.stack([head(h) for head in self.heads], dim=2)                  # (B, P, M, 256)
 
+    def reconstruct(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits of every code rebuilt from mean-pooled embeddings float (B, H) alone: float (B, P, M, 256)
+        (``pooled_decoder`` models). The decoder sees one vector per module plus the position it rebuilds."""
+        if not self.config.pooled_decoder:
+            raise ValueError("this model has no pooled decoder (PQBertConfig.pooled_decoder)")
+        h = self.decoder(pooled[:, None, :] + self.decoder_positions.weight)                     # (B, P, H)
+        return torch.stack([head(h) for head in self.heads], dim=2)
+
     def embed(self, codes: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
         """Embeddings, float (B, H): mean of the P probe states (``mean``) or the [CLS] state (``cls``)."""
         h = self.hidden_states(codes)                                                # (B, P+1, H)
@@ -149,16 +166,21 @@ def mask_codes(codes: torch.Tensor, probability: float, generator: torch.Generat
     return inputs, labels
 
 
-def masked_lm_loss(model: PQBert, inputs: torch.Tensor, labels: torch.Tensor, counts: torch.Tensor = None) -> tuple:
-    """Sum over heads of the mean cross-entropy at that head's masked positions.
+def masked_lm_loss(model: PQBert, inputs: torch.Tensor, labels: torch.Tensor, counts: torch.Tensor = None,
+                   pooled_weight: float = 0.0, pooled_items: float = None) -> tuple:
+    """Sum over heads of the mean cross-entropy at that head's masked positions, plus ``pooled_weight`` times the
+    pooled-reconstruction loss when it is > 0: the sum over heads of the mean cross-entropy of *every* code (masked
+    or not) rebuilt by the model's pooled decoder from the mean of the final states.
 
-    Each head's logits are computed only at its masked positions (about 15% of them), not at all P.
+    Each head's masked-LM logits are computed only at its masked positions (about 15% of them), not at all P.
 
     Args:
         inputs: int64 (B, P, M), MASK_ID where masked.
         labels: int64 (B, P, M), IGNORE_INDEX where not masked.
         counts: optional float (M,) masked positions per head to divide by, instead of this batch's own (data
             parallel training passes the global counts, so that the processes' losses add up to the global one).
+        pooled_items: modules to divide the pooled-reconstruction loss by (default this batch's; data parallel
+            training passes the global batch size, for the same reason).
     Returns:
         (loss scalar, per-head summed cross-entropy float (M,), per-head masked counts float (M,),
          per-head correct predictions float (M,)); the last three are detached.
@@ -176,4 +198,9 @@ def masked_lm_loss(model: PQBert, inputs: torch.Tensor, labels: torch.Tensor, co
         summed.append(ce.detach())
         own.append(n)
         correct.append((logits.argmax(-1) == target).sum().to(h.dtype))
+    if pooled_weight > 0:
+        codes = torch.where(labels != IGNORE_INDEX, labels, inputs)                           # (B, P, M) unmasked
+        logits = model.reconstruct(h.mean(dim=1))                                             # (B, P, M, 256)
+        ce = F.cross_entropy(logits.flatten(0, 2), codes.flatten(), reduction="sum")
+        loss = loss + pooled_weight * ce / ((pooled_items or inputs.shape[0]) * inputs.shape[1])
     return loss, torch.stack(summed), torch.stack(own), torch.stack(correct)

@@ -67,6 +67,7 @@ class TrainingConfig:
     reaction: str = "log-relative+module"  # + the module's own Autophase as a token; "log-relative" (the paper's),
                                            # "absolute" (ablation: h_opt - h_orig)
     quantizer_subspaces: int = 14      # M (the paper's is 8); 1 makes the quantizer k-means on whole rows (ablation)
+    pooled_weight: float = 0.0         # > 0: also rebuild every code from the mean-pooled embedding (a pooled decoder)
 
     def __post_init__(self):
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "shuffle_buffer", "quantizer_rows",
@@ -78,6 +79,8 @@ class TrainingConfig:
             raise ValueError(f"reaction must be one of {REACTIONS}, got {self.reaction!r}")
         if self.quantizer_subspaces <= 0 or 56 % self.quantizer_subspaces:
             raise ValueError(f"quantizer_subspaces must divide 56, got {self.quantizer_subspaces}")
+        if self.pooled_weight < 0:
+            raise ValueError(f"pooled_weight must be >= 0, got {self.pooled_weight}")
         if not 0.0 < self.mask_probability < 1.0:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
 
@@ -107,6 +110,7 @@ class PretrainConfig:
     def model_config(self, num_probes: int) -> PQBertConfig:
         overrides = {k: v for k, v in self.model.items() if k != "preset"}
         overrides.setdefault("num_subspaces", self.training.quantizer_subspaces)
+        overrides.setdefault("pooled_decoder", self.training.pooled_weight > 0)
         try:
             return PQBertConfig.preset(self.model.get("preset", "base"), num_probes=num_probes, **overrides)
         except TypeError as exc:
@@ -344,12 +348,12 @@ def learning_rate(step: int, t: TrainingConfig) -> float:
 class MaskedLM(torch.nn.Module):
     """PQ-BERT with the masked-LM loss as its forward, so that DDP synchronizes the gradients of that loss."""
 
-    def __init__(self, model: PQBert):
+    def __init__(self, model: PQBert, pooled_weight: float = 0.0, batch_size: int = None):
         super().__init__()
-        self.model = model
+        self.model, self.pooled_weight, self.batch_size = model, pooled_weight, batch_size
 
     def forward(self, inputs, labels, counts):
-        return masked_lm_loss(self.model, inputs, labels, counts)
+        return masked_lm_loss(self.model, inputs, labels, counts, self.pooled_weight, self.batch_size)
 
 
 def mlm_accuracy(model, codes: np.ndarray, probability: float, seed: int, batch_size: int = 256,
@@ -482,7 +486,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed = int(state["step"]), float(state["elapsed"])
-    wrapped = MaskedLM(model)
+    wrapped = MaskedLM(model, t.pooled_weight, t.batch_size)
     if dist_info.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
