@@ -53,9 +53,9 @@ def main() -> int:
 
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.corpus.buckets import slices
-    from behavioral_pq.corpus.states import NUM_CLASSES
+    from behavioral_pq.corpus.states import NUM_CLASSES, states_settings
     from behavioral_pq.embedding.encoder import load_encoder
-    from behavioral_pq.tasks.datasets import embeddings, module_items
+    from behavioral_pq.tasks.datasets import embeddings, module_items, state_items
     from behavioral_pq.tasks.estimators import class_frequencies
     from behavioral_pq.tasks.predictors import load_predictor
 
@@ -75,11 +75,14 @@ def main() -> int:
         return 2
     cache = {}
 
-    def embedded(encoder):
-        key = id(encoder) if encoder.fine_tuned else (str(encoder.path), encoder.pooling)
+    def embedded(encoder, what="modules"):    # once per encoder (a fine-tuned predictor embeds with its own weights)
+        key = (what, id(encoder) if encoder.fine_tuned else (str(encoder.path), encoder.pooling))
         if key not in cache:
-            cache[key] = embeddings(per_set[encoder.probe_set.hash].split(args.split), encoder)
+            items = states if what == "states" else per_set[encoder.probe_set.hash].split(args.split)
+            cache[key] = embeddings(items, encoder)
         return cache[key]
+
+    states = state_items(args.states).split(args.split) if args.states else None
     next_sets, task1_sets = test.next_pass_sets(), test.best_pass_sets()
     oz = test.oz_benefit()
     kind_of = Corpus(args.store).program_kinds()
@@ -89,15 +92,17 @@ def main() -> int:
     prior_task1 = class_frequencies(train.best_pass_sets(), 124)
     rows = {"prior": {"next": np.tile(prior_next, (len(test), 1)), "task1": np.tile(prior_task1, (len(test), 1)),
                       "oz": np.full(len(test), float(train.oz_benefit().mean()))}}
-    def predict(name, path, kind):      # a fine-tuned predictor embeds with its own weights
-        predictor = load_predictor(path, kind=kind, encoder=encoders.get(name, shipped))
-        return predictor.predict_embeddings(embedded(predictor.encoder))
 
-    for name, path in named(args.best_pass).items():
-        proba = predict(name, path, "best-pass")
+    def load(name, path, kind):
+        return load_predictor(path, kind=kind, encoder=encoders.get(name, shipped))
+
+    best_pass = {name: load(name, path, "best-pass") for name, path in named(args.best_pass).items()}
+    for name, predictor in best_pass.items():
+        proba = predictor.predict_embeddings(embedded(predictor.encoder))
         rows.setdefault(name, {}).update(next=proba, task1=proba[:, :124])
     for name, path in named(args.oz).items():
-        rows.setdefault(name, {})["oz"] = predict(name, path, "oz-benefit")
+        predictor = load(name, path, "oz-benefit")
+        rows.setdefault(name, {})["oz"] = predictor.predict_embeddings(embedded(predictor.encoder))
 
     result = {"store": str(Path(args.store).resolve()), "split": args.split, "train_items": len(train),
               "probe_sets": [ps.name for ps in probe_sets.values()],
@@ -115,7 +120,8 @@ def main() -> int:
             entry[name] = scores
         result["slices"][slice_name] = entry
     if args.states:
-        result["states"] = score_states(args, named(args.best_pass), encoders, shipped, kind_of, prior_next)
+        result["states"] = score_states(states, states_settings(args.states)["probe_set"]["hash"], best_pass,
+                                        lambda encoder: embedded(encoder, "states"), kind_of, prior_next)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"predictors-{args.split}.json").write_text(json.dumps(result, indent=1))
@@ -143,24 +149,19 @@ def main() -> int:
     return 0
 
 
-def score_states(args, predictors, encoders, shipped, kind_of, prior_next) -> dict:
-    """Top-1 of the best next pass on the split's states, for the predictors whose encoder fits the states."""
-    from behavioral_pq.tasks.datasets import embeddings, state_items
-    from behavioral_pq.tasks.predictors import load_predictor
-
-    states = state_items(args.states).split(args.split)
+def score_states(states, probe_hash, predictors, embedded, kind_of, prior_next) -> dict:
+    """Top-1 of the best next pass on ``states``, by program kind, for the best-pass predictors whose encoder has
+    the states' probe set (``probe_hash``); the others get None. ``embedded(encoder)``: the states' embeddings."""
     sets = states.next_pass_sets()
     kinds = [kind_of.get(g, "small") for g in states.groups]
     masks = {"all": np.ones(len(states), bool), **{k: np.array([x == k for x in kinds]) for k in ("small", "real")}}
     scores = {"prior": np.tile(prior_next, (len(states), 1))}
-    for name, path in predictors.items():
-        predictor = load_predictor(path, kind="best-pass", encoder=encoders.get(name, shipped))
-        fits = predictor.encoder.probe_set.num_probes == states.spectra.shape[1]
-        scores[name] = predictor.predict_embeddings(embeddings(states, predictor.encoder)) if fits else None
+    for name, predictor in predictors.items():
+        fits = predictor.encoder.probe_set.hash == probe_hash
+        scores[name] = predictor.predict_embeddings(embedded(predictor.encoder)) if fits else None
     return {slice_name: {"items": int(mask.sum()), **{
                 name: None if row is None or not mask.any() else top1(row[mask], [sets[i] for i in np.flatnonzero(mask)])
                 for name, row in scores.items()}} for slice_name, mask in masks.items()}
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,7 +17,7 @@ so an interrupted build resumes where it stopped.
 
 --objective text-size scores pipelines by .text bytes: the same searches, then -Os, every pipeline found and
 16 random edits of the smallest, each compiled for this host. Give it to `bpq optimize --auto --objective
-text-size --library DIR`; none is shipped (one of 300 programs did not beat the shipped library: BENCHMARKS.md).
+text-size --library DIR`; none is shipped (a 300-program one did not beat the shipped library: BENCHMARKS.md).
 """
 
 GUIDANCE_EPILOG = """\
