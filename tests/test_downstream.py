@@ -24,7 +24,7 @@ from behavioral_pq.corpus.states import (
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.errors import PredictorError
-from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _by_split, evaluate
+from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _by_split, _held_out, evaluate
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
@@ -328,6 +328,27 @@ def test_train_on_keeps_one_kind_for_training_and_scores_the_whole_test_split():
         EvaluationConfig(train_on="large")
     help_text = bpq_cli("evaluate", "--help").stdout
     assert "--train-on {" + ",".join(TRAIN_ON) + "}" in help_text
+
+
+def test_scoring_on_valid_never_reads_test_and_stops_early_on_held_out_train_programs():
+    n = 40
+    groups = [f"program-{i}" for i in range(n)]
+    splits = ["train"] * 30 + ["valid"] * 5 + ["test"] * 5
+    items = ItemSet(groups, groups, splits, np.zeros((n, 56), np.int64), np.zeros((n, 3), np.int64),
+                    np.zeros((n, 2, 56), np.float32), np.arange(n), np.zeros((n, 124), np.int64), np.zeros(n, np.int64))
+    parts = _by_split(items, {}, score_split="valid")
+    assert parts["test"].ids == groups[30:35]                        # the store's valid split is scored
+    held = [g for g in groups[:30] if _held_out(g)]
+    assert parts["valid"].ids == held and 0 < len(held) < 30         # a hashed share of train stops early
+    assert sorted(parts["train"].ids + held) == sorted(groups[:30])
+    assert not set(groups[35:]) & set(parts["train"].ids + parts["valid"].ids + parts["test"].ids)
+    # the held-out choice depends on the program alone, so a program's states follow its module
+    states = ItemSet([f"{g}:s" for g in groups], groups, splits, *(getattr(items, f) for f in
+                     ("autophase", "instcount", "spectra", "instruction_count", "pass_counts", "oz_count")))
+    assert [i.split(":")[0] for i in _by_split(states, {}, score_split="valid")["valid"].ids] == held
+    with pytest.raises(ValueError, match="score_split"):
+        EvaluationConfig(score_split="train")
+    assert "--score-split {test,valid}" in bpq_cli("evaluate", "--help").stdout
 
 
 def bpq_cli(*args):

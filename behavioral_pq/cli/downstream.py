@@ -130,7 +130,8 @@ def cmd_evaluate(args) -> int:
         seeds = tuple(int(s) for s in args.seeds.split(","))
     except ValueError:
         raise ValueError(f"--seeds takes comma-separated integers, not {args.seeds!r}") from None
-    config = EvaluationConfig(seeds=seeds, train_on=args.train_on, train=TrainSettings(max_epochs=args.max_epochs))
+    config = EvaluationConfig(seeds=seeds, train_on=args.train_on, score_split=args.score_split,
+                              train=TrainSettings(max_epochs=args.max_epochs))
     say = None if args.quiet else (lambda line: print(f"[evaluate] {line}", file=sys.stderr, flush=True))
     report = evaluate(args.corpus, args.out, states=args.states, encoder=_encoder(args), ablations=ablations,
                       config=config, progress=say)
@@ -187,6 +188,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--train-on", choices=("all", "small", "real"), default="all",  # reports.downstream.TRAIN_ON
                    help="programs the heads learn from (train and valid splits): all, or only small or only real "
                         "ones; test is always scored whole (default all)")
+    p.add_argument("--score-split", choices=("test", "valid"), default="test",  # reports.downstream.SCORE_SPLITS
+                   help="split the heads are scored on: test (the report), or valid to choose an encoder or a "
+                        "setting without reading test (the heads then stop early on a hashed eighth of the train "
+                        "programs; default test)")
     p.add_argument("--json", action="store_true", help="print the target checks as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_evaluate)
