@@ -3,7 +3,9 @@
     python bench/guidance_libraries.py STORE --split valid --library NAME=DIR [--library ...] [--merge A+B]
                                        [--kind real] [--programs 40] [--budget 50] [--out bench/results]
 
-``--library shipped`` (no DIR) is the shipped library; ``--merge A+B`` adds the merge of two named libraries.
+``--library shipped`` (no DIR) is the shipped library; ``--merge A+B`` adds the merge of two named libraries;
+``--coreset-share X`` adds a row per library with a coreset (``bpq library coreset``) that takes that share of
+its retrieved candidates from the coreset (0: neighbors only, as before coresets).
 A library sits on the shipped encoder unless ``--encoder NAME=CHECKPOINT`` names the one it was built on (to
 compare the libraries of two encoders; each embeds the module with its own).
 On a seeded sample of the split's labelled modules (of ``--kind``, at most 20,000 instructions), each method
@@ -35,6 +37,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--encoder", action="append", default=[], metavar="NAME=CHECKPOINT",
                         help="the encoder library NAME was built on (default: the shipped one)")
+    parser.add_argument("--coreset-share", action="append", type=float, default=[], metavar="X",
+                        help="also run each library that has a coreset with this coreset_share (repeatable; the "
+                             "library's own row uses the default)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -77,6 +82,10 @@ def main() -> int:
                     embedded[id(encoder)] = encoder.embed(module)
                 row[name] = recommend_pipeline(module, args.budget, library=library, encoder=encoder, engine=engine,
                                                embedding=embedded[id(encoder)]).improvement
+                for share in args.coreset_share if library.coreset else ():
+                    row[f"{name}@coreset={share:g}"] = recommend_pipeline(
+                        module, args.budget, library=library, encoder=encoder, engine=engine,
+                        embedding=embedded[id(encoder)], coreset_share=share).improvement
             row[f"greedy@{args.budget}"] = greedy_search(module, args.budget, engine=engine).improvement
             row[f"random@{args.budget}"] = random_search(module, args.budget, engine=engine).improvement
             rows.append(row)

@@ -382,3 +382,77 @@ def test_shipped_library_recommends_for_an_example():
     found = bpq.recommend_pipeline(EXAMPLES / "list_sort.c", budget=3)
     assert found.compilations == 3 and found.instruction_count <= found.oz_count
     assert len(load_library()) >= 1000
+
+
+def test_greedy_coreset_covers_programs_with_few_pipelines():
+    from behavioral_pq.tasks.guidance.coreset import choose_coreset
+
+    gains = np.array([[0.3, 0.0, 0.2, 0.0],       # pipeline 0 wins program 0 ...
+                      [0.0, 0.1, 0.2, 0.0],       # ... pipeline 2 is good everywhere ...
+                      [0.0, 0.5, 0.2, -0.4]])     # ... pipeline 1 wins program 2; losses count as -Oz (0)
+    chosen, curve = choose_coreset(gains, 4)
+    assert chosen == [2, 1, 0]                    # the best mean first, then the largest rises; 3 adds nothing
+    assert np.allclose(curve, [0.6 / 3, 0.9 / 3, 1.0 / 3])
+    assert choose_coreset(gains, 1) == ([2], [pytest.approx(0.2)])
+    assert choose_coreset(np.zeros((2, 3)), 3) == ([], [])
+
+
+def test_retrieval_takes_the_coreset_share_in_turn_without_repeats():
+    from behavioral_pq.tasks.guidance.recommend import retrieval_order
+
+    near = [("-a",), ("-b",), ("-c",), ("-d",)]
+    core = [("-x",), ("-b",), ("-y",)]
+    assert retrieval_order(near, core, 4, 0.0) == near
+    assert retrieval_order(near, core, 3, 1.0) == [("-x",), ("-b",), ("-y",)]
+    assert retrieval_order(near, core, 5, 0.5) == [("-x",), ("-a",), ("-b",), ("-c",), ("-y",)]
+    assert retrieval_order(near, core, 10, 0.5) == [("-x",), ("-a",), ("-b",), ("-c",), ("-y",), ("-d",)]
+    assert retrieval_order([], core, 2, 0.0) == [("-x",), ("-b",)]      # the other list fills in
+    assert retrieval_order([(OZ,)], [], 2, 0.5) == []                   # -Oz is the reference, never a candidate
+    with pytest.raises(ValueError, match="coreset_share"):
+        retrieval_order(near, core, 2, 1.5)
+
+
+def test_coreset_is_measured_resumably_saved_and_tried_first(lib_world, engine, examples, tmp_path):
+    import shutil
+
+    from behavioral_pq.tasks.guidance import fit_coreset
+    from behavioral_pq.tasks.guidance.coreset import coreset_pool
+
+    folder = tmp_path / "library"
+    shutil.copytree(lib_world["root"] / "library", folder)
+    done = bpq_cli("library", "coreset", folder, "--corpus", lib_world["store"], "--size", "3")
+    assert done.returncode == 0, done.stderr
+    assert "coreset of" in done.stdout and "0 failed" in done.stdout
+    library = load_library(folder, encoder=lib_world["encoder"])
+    summary = library.settings["coreset"]
+    assert 1 <= len(library.coreset) == summary["size"] <= 3 and summary["programs"] == len(library)
+    assert set(library.coreset) <= set(coreset_pool(library)) and summary["gain"] > 1.0
+    assert summary["curve"] == sorted(summary["curve"]) and summary["pool_gain"] >= summary["gain"]
+    program = library.programs[0]
+    module = next(Corpus(lib_world["store"]).iter_modules(only={program.program}))
+    for steps in library.coreset:                 # stored counts are measurements, made on every sampled program
+        assert program.results[steps] == bpq.optimize(module, " ".join(steps), engine=engine).instruction_count
+
+    counting = CountingEngine(engine)             # a rerun reads the log and measures nothing
+    again = load_library(folder, encoder=lib_world["encoder"])
+    log = tmp_path / "library.coreset.jsonl"
+    assert fit_coreset(again, lib_world["store"], log, size=3, engine=counting) == summary
+    assert counting.pipelines == 0 and again.coreset == library.coreset
+    with pytest.raises(LibraryError, match="another library"):
+        fit_coreset(again, lib_world["store"], log, size=3, seed=1, engine=counting)
+
+    module = examples["matmul"]
+    found = recommend_pipeline(module, 2, library=library, engine=engine, coreset_share=1.0)
+    assert [steps for steps, _ in found.tried] == library.coreset[:2]
+    report = evaluate_guidance(lib_world["store"], tmp_path / "report", library=library, encoder=lib_world["encoder"],
+                               engine=engine, split="test", programs=3, budgets=(1, 2))
+    assert report["methods"][-1] == "coreset" and "| coreset |" in (tmp_path / "report" / "report.md").read_text()
+    rows = [json.loads(line) for line in (tmp_path / "report" / "per_program.jsonl").read_text().splitlines()]
+    first = {steps: None for steps in library.coreset[:1]}
+    for row in rows:                              # the coreset method at budget 1 is the first coreset pipeline
+        module = next(Corpus(lib_world["store"]).iter_modules(only={row["program"]}))
+        for steps in first:
+            count = bpq.optimize(module, " ".join(steps), engine=engine).instruction_count
+            assert row["counts"]["coreset"]["1"] == min(count, row["oz_count"])
+    library.learn("new-program", library.embeddings[0], {library.coreset[0]: 5, ("-gvn",): 4}, keep=0)
+    assert library.coreset[0] in library.programs[-1].results      # learning keeps coreset pipelines

@@ -86,6 +86,20 @@ def cmd_library_merge(args) -> int:
     return 0
 
 
+def cmd_library_coreset(args) -> int:
+    from behavioral_pq.tasks.guidance import fit_coreset, load_library
+
+    library = load_library(args.library, encoder=_encoder(args))
+    log = Path(str(Path(args.library)).rstrip("/") + ".coreset.jsonl")
+    summary = fit_coreset(library, args.corpus, log, size=args.size, programs=args.programs, seed=args.seed,
+                          progress=True)
+    library.save(args.library)
+    print(f"{args.library}: coreset of {summary['size']} pipelines (from a pool of {summary['pool']}) measured on "
+          f"{summary['programs']} library programs ({summary['failed']} failed): geomean IC_Oz / IC "
+          f"{summary['gain']:.4f}, {summary['pool_gain']:.4f} with the whole pool")
+    return 0
+
+
 def cmd_evaluate_guidance(args) -> int:
     from behavioral_pq.reports.guidance import evaluate_guidance
     from behavioral_pq.tasks.guidance import load_library
@@ -128,6 +142,20 @@ def add_parsers(sub) -> None:
     b.add_argument("--overwrite", action="store_true",
                    help="replace --out even when it holds something else than a program library")
     b.set_defaults(func=cmd_library_build)
+    c = lsub.add_parser("coreset", help="fit a library's coreset: a few pipelines good on many programs at once",
+                        description="Measure every library program's best pipeline on a sample of library programs "
+                                    "and keep, greedily, the SIZE that together gain most over -Oz; "
+                                    "recommendations then try them next to the neighbors' pipelines. Resumable "
+                                    "(LIBRARY.coreset.jsonl); the library folder is updated in place.")
+    c.add_argument("library", metavar="LIBRARY", help="library folder (bpq library build)")
+    c.add_argument("--corpus", required=True, metavar="STORE", help="the store the library was built from")
+    c.add_argument("--size", type=int, default=32, metavar="K",  # coreset.CORESET_SIZE
+                   help="pipelines to keep (default 32)")
+    c.add_argument("--programs", type=int, default=300, metavar="N",  # coreset.CORESET_PROGRAMS
+                   help="library programs to measure them on (default 300)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the program sample")
+    c.add_argument("--checkpoint", metavar="DIR", help="encoder the library was built on (default: the shipped one)")
+    c.set_defaults(func=cmd_library_coreset)
     m = lsub.add_parser("merge", help="one library from several built on the same encoder",
                         description="Merge program libraries (e.g. the shipped one and one of real programs); "
                                     "neighbours are searched over all their programs.")

@@ -5,6 +5,8 @@ For each held-out program and budget N (candidate compilations; -Oz is the refer
 - ``pqbert-library``: :func:`recommend_pipeline` (nearest library programs by embedding, then local search);
 - ``random-neighbors``: the same, consulting random library programs instead of the nearest (does the embedding
   matter?);
+- ``coreset`` (libraries with one, ``bpq library coreset``): the library's coreset alone, without the embedding
+  or neighbors, then the same local search (does anything beyond a fixed list of good pipelines matter?);
 - ``random``: :func:`random_search`; ``greedy``: :func:`greedy_search` (both anytime: one run at the largest
   budget, read at each smaller one).
 
@@ -33,6 +35,8 @@ from behavioral_pq.tasks.guidance import greedy_search, random_search, recommend
 from behavioral_pq.tasks.guidance.build import stored_embeddings
 
 METHODS = ("pqbert-library", "random-neighbors", "random", "greedy")
+#: Added when the library has a coreset.
+CORESET_METHOD = "coreset"
 TARGETS = {"geomean at budget 50 >= 1.05": lambda r: r["pqbert-library"]["50"] >= 1.05,
            "better than random search at budget 50": lambda r: r["pqbert-library"]["50"] > r["random"]["50"],
            "geomean at budget 1 > 1.00": lambda r: r["pqbert-library"]["1"] > 1.0}
@@ -78,6 +82,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
     failed: List[dict] = []
     modules = list(corpus.iter_modules(only=set(chosen)))
     kind_of = corpus.program_kinds()
+    methods = METHODS + ((CORESET_METHOD,) if library.coreset else ())
     for module in tqdm(modules, disable=not progress, desc="guidance", unit="program"):
         try:
             start = time.perf_counter()
@@ -86,7 +91,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                 embedding = encoder.embed(module)
             embed_seconds = time.perf_counter() - start
             row = {"program": module.sha256, "name": module.name, "instruction_count": module.instruction_count,
-                   "kind": kind_of.get(module.sha256, "small"), "counts": {m: {} for m in METHODS}, "seconds": {m: {} for m in METHODS}}
+                   "kind": kind_of.get(module.sha256, "small"), "counts": {m: {} for m in methods}, "seconds": {m: {} for m in methods}}
             random_ids = np.random.default_rng([seed, int(module.sha256[:8], 16)]).choice(
                 len(library), min(neighbors, len(library)), replace=False)
             for budget in budgets:
@@ -105,6 +110,11 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                                               neighbor_indices=random_ids, seed=seed)
                 row["counts"]["random-neighbors"][budget] = ablation.instruction_count
                 row["seconds"]["random-neighbors"][budget] = ablation.seconds
+                if CORESET_METHOD in methods:
+                    fixed = recommend_pipeline(module, budget, library=library, engine=engine, neighbor_indices=[],
+                                               coreset_share=1.0, seed=seed)
+                    row["counts"][CORESET_METHOD][budget] = fixed.instruction_count
+                    row["seconds"][CORESET_METHOD][budget] = fixed.seconds
             for name, search in (("random", random_search), ("greedy", greedy_search)):
                 t0 = time.perf_counter()
                 result = search(module, top, engine=engine, seed=seed)
@@ -118,7 +128,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
         except BPQError as exc:
             failed.append({"program": module.sha256, "name": module.name, "error": f"{type(exc).__name__}: {exc}"})
     write_text_atomic(out / "per_program.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
-    report = _summarize(rows, failed, budgets, library, split, neighbors, seed)
+    report = _summarize(rows, failed, budgets, library, split, neighbors, seed, methods)
     report.update(kind=kind, max_instructions=max_instructions)
     write_json_atomic(out / "report.json", report, indent=2)
     write_text_atomic(out / "report.md", _markdown(report))
@@ -135,29 +145,29 @@ def _best_at(result, budgets: Sequence[int]) -> Dict[int, int]:
     return out
 
 
-def _summarize(rows, failed, budgets, library, split, neighbors, seed) -> dict:
+def _summarize(rows, failed, budgets, library, split, neighbors, seed, methods=METHODS) -> dict:
     ratios = {m: {str(b): geomean([max(r["oz_count"], 1) / max(r["counts"][m][b], 1) for r in rows])
-                  for b in budgets} for m in METHODS}
+                  for b in budgets} for m in methods}
     improved = {m: {str(b): float(np.mean([r["counts"][m][b] < r["oz_count"] for r in rows])) for b in budgets}
-                for m in METHODS}
-    seconds = {m: {str(b): float(np.mean([r["seconds"][m][b] for r in rows])) for b in budgets} for m in METHODS}
+                for m in methods}
+    seconds = {m: {str(b): float(np.mean([r["seconds"][m][b] for r in rows])) for b in budgets} for m in methods}
     unguarded = geomean([max(r["oz_count"], 1) / max(r["first_count"], 1) for r in rows
                          if r.get("first_count") is not None])
-    methods = {}
+    winners: Dict[str, int] = {}
     for r in rows:
-        methods[r.get("method", "?")] = methods.get(r.get("method", "?"), 0) + 1
-    report = {"split": split, "programs": len(rows), "failed": failed, "budgets": budgets, "neighbors": neighbors,
+        winners[r.get("method", "?")] = winners.get(r.get("method", "?"), 0) + 1
+    report = {"methods": list(methods), "split": split, "programs": len(rows), "failed": failed, "budgets": budgets, "neighbors": neighbors,
               "seed": seed, "library": {"programs": len(library), "revision": library.revision,
                                         "settings": library.settings},
               "geomean_oz_over_method": ratios, "fraction_better_than_oz": improved, "seconds_per_program": seconds,
-              "budget1_unguarded_geomean": unguarded, "winning_method_at_top_budget": methods,
+              "budget1_unguarded_geomean": unguarded, "winning_method_at_top_budget": winners,
               "instruction_count": {"median": float(np.median([r["instruction_count"] for r in rows])) if rows else 0}}
     report["slices"] = {}
     for name, mask in slices([r.get("kind", "small") for r in rows], [r["instruction_count"] for r in rows]).items():
         part = [r for r, m in zip(rows, mask) if m]
         report["slices"][name] = {"programs": len(part), **{
             m: {str(b): geomean([max(r["oz_count"], 1) / max(r["counts"][m][b], 1) for r in part]) for b in budgets}
-            for m in METHODS}}
+            for m in methods}}
     if all(str(b) in ratios["pqbert-library"] for b in (1, 50)):
         report["targets"] = {name: bool(check(ratios)) for name, check in TARGETS.items()}
     return report
@@ -165,6 +175,7 @@ def _summarize(rows, failed, budgets, library, split, neighbors, seed) -> dict:
 
 def _markdown(report: dict) -> str:
     budgets = report["budgets"]
+    methods = report.get("methods", METHODS)
     drawn = "".join([f", {report['kind']} programs" if report.get("kind") else "",
                      f", at most {report['max_instructions']} instructions" if report.get("max_instructions") else ""])
     lines = [f"# Guidance: recommended pipelines against -Oz ({report['split']} split{drawn})", "",
@@ -176,19 +187,19 @@ def _markdown(report: dict) -> str:
              "beats it.", "",
              "| method | " + " | ".join(f"budget {b}" for b in budgets) + " |",
              "|---|" + "---:|" * len(budgets)]
-    for m in METHODS:
+    for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{report['geomean_oz_over_method'][m][str(b)]:.4f}" for b in budgets)
                      + " |")
     lines += ["", "Fraction of programs where the method beats -Oz:", "",
               "| method | " + " | ".join(f"budget {b}" for b in budgets) + " |", "|---|" + "---:|" * len(budgets)]
-    for m in METHODS:
+    for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{report['fraction_better_than_oz'][m][str(b)]:.3f}" for b in budgets)
                      + " |")
     lines += ["", "Wall time per program (seconds, 2 cores; pqbert-library includes the embedding when it was "
               "measured, not when read from the store; random and greedy run once at the largest budget, their time at a "
               "smaller budget is prorated by compilations):", "",
               "| method | " + " | ".join(f"budget {b}" for b in budgets) + " |", "|---|" + "---:|" * len(budgets)]
-    for m in METHODS:
+    for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{report['seconds_per_program'][m][str(b)]:.3f}" for b in budgets)
                      + " |")
     lines += ["", f"Budget 1 without the -Oz fallback (the first library pipeline alone): geomean "
@@ -198,9 +209,9 @@ def _markdown(report: dict) -> str:
     if report.get("slices"):
         top = str(budgets[-1])
         lines += ["", f"## By program kind and size (geomean IC_Oz / IC at budget {top})", "",
-                  "| slice | programs | " + " | ".join(METHODS) + " |", "|---|---:|" + "---:|" * len(METHODS)]
+                  "| slice | programs | " + " | ".join(methods) + " |", "|---|---:|" + "---:|" * len(methods)]
         for name, row in report["slices"].items():
-            lines.append(f"| {name} | {row['programs']} | " + " | ".join(f"{row[m][top]:.4f}" for m in METHODS) + " |")
+            lines.append(f"| {name} | {row['programs']} | " + " | ".join(f"{row[m][top]:.4f}" for m in methods) + " |")
     if "targets" in report:
         lines += ["", "## Targets", ""] + [f"- {'met' if ok else 'NOT met'}: {name}"
                                           for name, ok in report["targets"].items()]
@@ -210,8 +221,9 @@ def _markdown(report: dict) -> str:
 def _plot(report: dict, path: Path) -> None:
     plt = pyplot()
     budgets = report["budgets"]
+    methods = report.get("methods", METHODS)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for m in METHODS:
+    for m in methods:
         ax.plot(budgets, [report["geomean_oz_over_method"][m][str(b)] for b in budgets], marker="o", label=m)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")

@@ -12,6 +12,9 @@ A *pipeline* here is a tuple of steps, each a catalog flag (``"-gvn"``) or ``"-O
   the rest of the budget on a local search around the best found, and return the best. -Oz is the reference: it
   is always compiled (outside the budget), so the answer is never worse than -Oz. With ``learn=True`` the
   result goes back into the library (self-improvement: a better pipeline replaces a program's old target).
+- :func:`fit_coreset`: a library's coreset, a few pipelines that do well on many of its programs at once
+  (measured across a sample of them, chosen greedily); :func:`recommend_pipeline` tries them next to the
+  neighbors' pipelines.
 
 The budget counts candidate compilations (one pipeline run on the module); the embedding's probe runs are a
 fixed cost reported separately (``Recommendation.probe_compilations``).
@@ -19,6 +22,7 @@ fixed cost reported separately (``Recommendation.probe_compilations``).
 
 from behavioral_pq.tasks.guidance.baselines import greedy_search, random_search
 from behavioral_pq.tasks.guidance.build import build_library, choose_library_programs, search_program
+from behavioral_pq.tasks.guidance.coreset import fit_coreset
 from behavioral_pq.tasks.guidance.library import (
     GENERIC,
     OZ,
@@ -34,6 +38,6 @@ from behavioral_pq.tasks.guidance.recommend import recommend_and_optimize, recom
 from behavioral_pq.tasks.guidance.trials import Recommendation, Trials
 
 __all__ = ["GENERIC", "OZ", "LibraryProgram", "ProgramLibrary", "Recommendation", "Steps", "Trials",
-           "build_library", "choose_library_programs", "default_library", "describe_steps", "greedy_search",
+           "build_library", "choose_library_programs", "default_library", "describe_steps", "fit_coreset", "greedy_search",
            "load_library", "merge_libraries", "random_search", "recommend_and_optimize", "recommend_pipeline",
            "search_program"]

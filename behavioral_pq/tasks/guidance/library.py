@@ -103,6 +103,8 @@ class ProgramLibrary:
     Attributes:
         programs: list of :class:`LibraryProgram`.
         embeddings: float32 (N, D), row i for programs[i].
+        coreset: pipelines that do well on many programs at once, best first (see
+            :mod:`~behavioral_pq.tasks.guidance.coreset`; empty until ``bpq library coreset`` fits one).
         encoder: identity of the encoder the embeddings come from (weights sha256, probe-set hash).
         revision: bumped whenever the library learns something (see :meth:`learn`).
         objective: what its results count (``settings["objective"]``): ``"ir-count"`` (IR instructions in measure
@@ -111,7 +113,7 @@ class ProgramLibrary:
 
     def __init__(self, programs: List[LibraryProgram], embeddings: np.ndarray, encoder: dict, *,
                  settings: Optional[dict] = None, revision: int = 0, mean: Optional[np.ndarray] = None,
-                 scale: Optional[np.ndarray] = None):
+                 scale: Optional[np.ndarray] = None, coreset: Sequence[Steps] = ()):
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.ndim != 2 or len(embeddings) != len(programs):
             raise LibraryError(f"need one embedding row per program: {embeddings.shape} for {len(programs)}")
@@ -122,6 +124,7 @@ class ProgramLibrary:
         self.encoder = dict(encoder)
         self.settings = dict(settings or {})
         self.revision = revision
+        self.coreset: List[Steps] = [tuple(c) for c in coreset]
         self.mean = embeddings.mean(0) if mean is None else np.asarray(mean, np.float32)
         self.scale = (embeddings.std(0) + 1e-6) if scale is None else np.asarray(scale, np.float32)
         self._by_program = {p.program: i for i, p in enumerate(programs)}
@@ -191,7 +194,7 @@ class ProgramLibrary:
         i = self._by_program.get(program)
         if i is None:
             entry = LibraryProgram(program, name, int(instruction_count), int(oz_count), {})
-            merge_results(entry, results, keep)
+            merge_results(entry, results, keep, self.coreset)
             self.programs.append(entry)
             self._by_program[program] = len(self.programs) - 1
             row = np.asarray(embedding, np.float32).reshape(1, -1)
@@ -202,7 +205,7 @@ class ProgramLibrary:
             return True
         entry = self.programs[i]
         before = entry.best()[1]
-        merge_results(entry, results, keep)
+        merge_results(entry, results, keep, self.coreset)
         improved = entry.best()[1] < before
         if improved:
             self.revision += 1
@@ -220,6 +223,7 @@ class ProgramLibrary:
         path = Path(path)
         pipelines: Dict[Steps, int] = {}
         programs = []
+        coreset = [pipelines.setdefault(s, len(pipelines)) for s in self.coreset]
         for p in self.programs:
             results = [[pipelines.setdefault(s, len(pipelines)), int(c)] for s, c in p.results.items()]
             programs.append({"program": p.program, "name": p.name, "instruction_count": p.instruction_count,
@@ -227,7 +231,7 @@ class ProgramLibrary:
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "revision": self.revision,
                   "versions": versions(), "encoder": self.encoder, "settings": self.settings,
                   "mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                  "pipelines": [encode_steps(s) for s in pipelines], "programs": programs}
+                  "pipelines": [encode_steps(s) for s in pipelines], "coreset": coreset, "programs": programs}
         with atomic_path(path) as tmp:
             tmp.mkdir()
             faiss.write_index(self._raw_index(), str(tmp / "index.faiss"))
@@ -276,20 +280,23 @@ def merge_libraries(libraries: Sequence[ProgramLibrary]) -> ProgramLibrary:
                                            program.oz_count, dict(program.results)))
             rows.append(row)
     settings = {"objective": first.objective, "merged": [dict(lib.settings, programs=len(lib)) for lib in libraries]}
-    return ProgramLibrary(programs, np.stack(rows), first.encoder, settings=settings)
+    coreset = list(dict.fromkeys(steps for library in libraries for steps in library.coreset))
+    return ProgramLibrary(programs, np.stack(rows), first.encoder, settings=settings, coreset=coreset)
 
 
-def merge_results(entry: LibraryProgram, results: Dict[Steps, int], keep: int) -> None:
-    """Fold measured ``results`` into ``entry``: -Oz's count, the generic pipelines, and the ``keep`` best others
-    (fewest instructions, then shortest)."""
+def merge_results(entry: LibraryProgram, results: Dict[Steps, int], keep: int, coreset: Sequence[Steps] = ()) -> None:
+    """Fold measured ``results`` into ``entry``: -Oz's count, the generic and ``coreset`` pipelines, and the
+    ``keep`` best others (fewest instructions, then shortest)."""
     for steps, count in results.items():
         count = int(count)
         if steps == (OZ,):
             entry.oz_count = count
         else:
             entry.results[steps] = min(count, entry.results.get(steps, count))
-    generic = {s: c for s, c in entry.results.items() if s in GENERIC}
-    others = sorted(((s, c) for s, c in entry.results.items() if s not in GENERIC), key=lambda kv: (kv[1], len(kv[0])))
+    protected = set(GENERIC) | set(coreset)
+    generic = {s: c for s, c in entry.results.items() if s in protected}
+    others = sorted(((s, c) for s, c in entry.results.items() if s not in protected),
+                    key=lambda kv: (kv[1], len(kv[0])))
     entry.results = {**generic, **dict(others[:keep])}
 
 
@@ -318,7 +325,8 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
         embeddings = index.reconstruct_n(0, index.ntotal)
         library = ProgramLibrary(programs, embeddings, wanted, settings=config.get("settings"),
                                  revision=int(config.get("revision", 0)), mean=np.array(config["mean"]),
-                                 scale=np.array(config["scale"]))
+                                 scale=np.array(config["scale"]),
+                                 coreset=[pipelines[i] for i in config.get("coreset", [])])
     except LibraryError as exc:
         raise LibraryError(f"{path}: {exc}") from None
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError, BPQError) as exc:

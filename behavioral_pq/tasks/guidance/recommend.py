@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 #: The first candidate of a text-size search (after the -Oz reference).
 SIZE_SEEDS = ("-Os",)
+#: The share of the retrieved candidates taken from the library's coreset (when it has one).
+CORESET_SHARE = 0.5
 
 def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Steps:
     """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time, else any), or delete one.
@@ -57,18 +59,41 @@ def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: 
         stalls = stalls + 1 if trials.compilations == before else 0
 
 
+def retrieval_order(ranked: Sequence[Steps], coreset: Sequence[Steps], count: int, coreset_share: float
+                    ) -> List[Steps]:
+    """The first ``count`` distinct candidates of two lists taken in turn: the neighbors' ``ranked`` pipelines and
+    the library's ``coreset``, about ``coreset_share`` of them from the coreset (the other list fills in when one
+    runs out)."""
+    if not 0.0 <= coreset_share <= 1.0:
+        raise ValueError(f"coreset_share must be in [0, 1], got {coreset_share}")
+    sources = {"coreset": list(coreset), "neighbors": list(ranked)}
+    taken: Dict[str, int] = {"coreset": 0, "neighbors": 0}
+    order: Dict[Steps, None] = {}
+    while len(order) < count and (sources["coreset"] or sources["neighbors"]):
+        from_coreset = taken["coreset"] < coreset_share * (len(order) + 1) - 1e-9
+        name = "coreset" if (from_coreset and sources["coreset"]) or not sources["neighbors"] else "neighbors"
+        steps = tuple(sources[name].pop(0))
+        if steps not in order and steps != (OZ,):
+            order[steps] = None
+            taken[name] += 1
+    return list(order)
+
+
 def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
                        engine=None, embedding: Optional[np.ndarray] = None, neighbors: int = 8,
-                       retrieval_share: float = 0.5, seed: int = 0, learn: bool = False,
+                       retrieval_share: float = 0.5, coreset_share: float = CORESET_SHARE, seed: int = 0,
+                       learn: bool = False,
                        neighbor_indices: Optional[Sequence[int]] = None, progress: bool = False,
                        objective: str = "ir-count", target: Optional[Target] = None,
                        seconds: Optional[float] = None) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
     Embeds the module, takes the pipelines of its ``neighbors`` nearest library programs ranked by
-    :meth:`ProgramLibrary.candidates`, measures the first ``max(1, round(budget * retrieval_share))`` of them
-    (all of the budget when it is 1 or 2), and spends the rest on a local search around the best found.
-    -Oz is always measured as the reference (not counted), so the result is never worse than -Oz.
+    :meth:`ProgramLibrary.candidates` and, where the library has one, its coreset (pipelines good on many programs,
+    :mod:`~behavioral_pq.tasks.guidance.coreset`), in turn, ``coreset_share`` of them from the coreset. It measures
+    the first ``max(1, round(budget * retrieval_share))`` of those (all of the budget when it is 1 or 2), and spends
+    the rest on a local search around the best found. -Oz is always measured as the reference (not counted), so
+    the result is never worse than -Oz.
 
     Args:
         module: a Module, or what :func:`load_module` takes (.c/.ll/.bc path or bytes).
@@ -125,10 +150,11 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
         # with -Os than with -Oz in target mode, real units rarely are
         trials.run([SIZE_SEEDS], "-Os")
     retrieve = budget if budget <= 2 else max(1, int(round(budget * retrieval_share)))
-    trials.run([s for s, _ in ranked[:retrieve]], "library")
-    vocabulary = sorted({x for s, _ in ranked[:retrieve] for x in s if x != OZ})
+    retrieved = retrieval_order([s for s, _ in ranked], library.coreset, retrieve, coreset_share)
+    trials.run(retrieved, "library")
+    vocabulary = sorted({x for s in retrieved for x in s if x != OZ})
     rng = random.Random(f"{seed}:{module.sha256}")
-    _local_search(trials, ranked[0][0] if ranked else (OZ,), rng, vocabulary,
+    _local_search(trials, retrieved[0] if retrieved else (OZ,), rng, vocabulary,
                   deadline=None if seconds is None else start + seconds)
     if learn and embedding is not None:
         library.learn(module.sha256, embedding, trials.measured(), name=module.name,
