@@ -40,6 +40,10 @@ def main() -> int:
     parser.add_argument("--coreset-share", action="append", type=float, default=[], metavar="X",
                         help="also run each library that has a coreset with this coreset_share (repeatable; the "
                              "library's own row uses the default)")
+    parser.add_argument("--retrieval-share", action="append", type=float, default=[], metavar="X",
+                        help="also run each library with this retrieval_share (the rest of the budget goes to the "
+                             "local search; repeatable)")
+    parser.add_argument("--no-baselines", action="store_true", help="leave out greedy and random search")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -86,8 +90,13 @@ def main() -> int:
                     row[f"{name}@coreset={share:g}"] = recommend_pipeline(
                         module, args.budget, library=library, encoder=encoder, engine=engine,
                         embedding=embedded[id(encoder)], coreset_share=share).improvement
-            row[f"greedy@{args.budget}"] = greedy_search(module, args.budget, engine=engine).improvement
-            row[f"random@{args.budget}"] = random_search(module, args.budget, engine=engine).improvement
+                for share in args.retrieval_share:
+                    row[f"{name}@retrieval={share:g}"] = recommend_pipeline(
+                        module, args.budget, library=library, encoder=encoder, engine=engine,
+                        embedding=embedded[id(encoder)], retrieval_share=share).improvement
+            if not args.no_baselines:
+                row[f"greedy@{args.budget}"] = greedy_search(module, args.budget, engine=engine).improvement
+                row[f"random@{args.budget}"] = random_search(module, args.budget, engine=engine).improvement
             rows.append(row)
             print(f"{len(rows)}/{len(chosen)} {module.instruction_count} instr: "
                   + ", ".join(f"{k} {v:.3f}" for k, v in row.items() if isinstance(v, float)), file=sys.stderr)

@@ -416,7 +416,7 @@ def test_coreset_is_measured_resumably_saved_and_tried_first(lib_world, engine, 
     import shutil
 
     from behavioral_pq.tasks.guidance import fit_coreset
-    from behavioral_pq.tasks.guidance.coreset import coreset_pool
+    from behavioral_pq.tasks.guidance.coreset import coreset_pool, measure_pool, oz_suffixes
 
     folder = tmp_path / "library"
     shutil.copytree(lib_world["root"] / "library", folder)
@@ -427,11 +427,17 @@ def test_coreset_is_measured_resumably_saved_and_tried_first(lib_world, engine, 
     summary = library.settings["coreset"]
     assert 1 <= len(library.coreset) == summary["size"] <= 3 and summary["programs"] == len(library)
     assert set(library.coreset) <= set(coreset_pool(library)) and summary["gain"] > 1.0
+    assert not set(oz_suffixes()) & set(coreset_pool(library)) and len(oz_suffixes()) == 2 * 124
+    assert set(oz_suffixes()) <= set(coreset_pool(library, oz_suffixed=True))
     assert summary["curve"] == sorted(summary["curve"]) and summary["pool_gain"] >= summary["gain"]
     program = library.programs[0]
     module = next(Corpus(lib_world["store"]).iter_modules(only={program.program}))
     for steps in library.coreset:                 # stored counts are measurements, made on every sampled program
         assert program.results[steps] == bpq.optimize(module, " ".join(steps), engine=engine).instruction_count
+    chained = [(OZ, "-slp-vectorizer", OZ), ("-gvn",), (OZ, "-slp-vectorizer"), (OZ, OZ)]
+    oz, counts = measure_pool(module, chained, engine)      # a tree: each continues from its measured prefix
+    assert oz == program.oz_count and counts == [bpq.optimize(module, " ".join(steps), engine=engine).instruction_count
+                                                 for steps in chained]
 
     counting = CountingEngine(engine)             # a rerun reads the log and measures nothing
     again = load_library(folder, encoder=lib_world["encoder"])
@@ -440,6 +446,9 @@ def test_coreset_is_measured_resumably_saved_and_tried_first(lib_world, engine, 
     assert counting.pipelines == 0 and again.coreset == library.coreset
     with pytest.raises(LibraryError, match="another library"):
         fit_coreset(again, lib_world["store"], log, size=3, seed=1, engine=counting)
+    again.settings["objective"] = "text-size"
+    with pytest.raises(LibraryError, match="counts text-size"):
+        fit_coreset(again, lib_world["store"], tmp_path / "bytes.jsonl", engine=counting)
 
     module = examples["matmul"]
     found = recommend_pipeline(module, 2, library=library, engine=engine, coreset_share=1.0)

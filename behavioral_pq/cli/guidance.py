@@ -92,7 +92,7 @@ def cmd_library_coreset(args) -> int:
     library = load_library(args.library, encoder=_encoder(args))
     log = Path(str(Path(args.library)).rstrip("/") + ".coreset.jsonl")
     summary = fit_coreset(library, args.corpus, log, size=args.size, programs=args.programs, seed=args.seed,
-                          progress=True)
+                          oz_suffixed=args.oz_suffixes, progress=True)
     library.save(args.library)
     print(f"{args.library}: coreset of {summary['size']} pipelines (from a pool of {summary['pool']}) measured on "
           f"{summary['programs']} library programs ({summary['failed']} failed): geomean IC_Oz / IC "
@@ -154,6 +154,9 @@ def add_parsers(sub) -> None:
     c.add_argument("--programs", type=int, default=300, metavar="N",  # coreset.CORESET_PROGRAMS
                    help="library programs to measure them on (default 300)")
     c.add_argument("--seed", type=int, default=0, help="seed of the program sample")
+    c.add_argument("--oz-suffixes", action="store_true",
+                   help="also measure -Oz followed by each single pass, with and without a second -Oz (248 more "
+                        "candidates; not used for the shipped library)")
     c.add_argument("--checkpoint", metavar="DIR", help="encoder the library was built on (default: the shipped one)")
     c.set_defaults(func=cmd_library_coreset)
     m = lsub.add_parser("merge", help="one library from several built on the same encoder",

@@ -101,6 +101,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
         library: a :class:`ProgramLibrary` (default: the shipped one for ``objective``, see
             :func:`default_library`). A text-size library cannot serve the ir-count objective.
         embedding: the module's embedding float32 (D,), when already known (skips the probes).
+        coreset_share: the share of the retrieved candidates taken from the library's coreset (0: the neighbors'
+            pipelines only; 1: the coreset only, which needs no embedding when ``neighbor_indices=[]``).
         learn: put what was measured into ``library`` (self-improvement; save it with ``library.save``); the
             library must count the objective searched for.
         neighbor_indices: consult these library programs instead of the nearest (an ablation).
