@@ -20,6 +20,9 @@ bytes of the result; ``target -Oz`` and ``text-size@B`` are the linked module's,
 program (so the ratio includes what optimizing the program as one module gains: inlining across units). Whole
 programs are also measured as ``bpq compile --whole-program`` builds them (every definition but ``main`` made
 internal first, as LTO does for an executable): ``whole -Oz`` (the LTO-like baseline) and ``whole text-size@B``.
+Each of these is also measured with llc's machine outliner where it makes the .text smaller (``+outliner``:
+:func:`~behavioral_pq.core.toolchain.smaller_codegen`, what ``bpq compile --outline auto`` does), so the gain of the
+codegen choice is seen apart from the pipeline's, and against the LTO-like baseline given the same choice.
 Ratios are ours over the baseline's (below 1: smaller); geometric means per group. With ``--library NAME=DIR``
 (repeatable) each library's search is measured in the same run on the same embedding (default: the shipped
 library for text size, named ``shipped``); ``--skip-linked`` searches whole programs only as ``--whole-program``
@@ -121,7 +124,7 @@ def main() -> int:
 
     import behavioral_pq as bpq
     from behavioral_pq.core.target import Target
-    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, text_size
+    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, smaller_codegen, text_size
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
     from behavioral_pq.tasks.guidance import default_library, load_library, recommend_pipeline
@@ -140,6 +143,9 @@ def main() -> int:
         name, _, path = item.partition("=")
         libraries[name] = load_library(path, encoder=encoder)
     libraries = libraries or {"shipped": default_library(encoder, "text-size")}
+    def outlined(bitcode):
+        return smaller_codegen(bitcode, cpu=target.cpu or None)[1]
+
     rows = []
     for group, name, source, extra in tqdm(programs, desc="programs", unit="program"):
         row = {"group": group, "name": name}
@@ -152,9 +158,11 @@ def main() -> int:
                 row["clang_oz"] = separate_oz_text(source, target)
                 module = bpq.load_module(link_bitcode(source, what=name), name=name)
             row["instructions"] = module.instruction_count
-            row["target_oz"] = text_size(bpq.optimize(module, "Oz", target=target).bitcode)
+            oz = bpq.optimize(module, "Oz", target=target).bitcode
+            row["target_oz"] = text_size(oz)
             whole_program = not isinstance(source, Path)
-            row.update(searched={}, method={}, search_seconds={}, whole_searched={})
+            row.update(searched={}, method={}, search_seconds={}, whole_searched={},
+                       outlined={"target_oz": outlined(oz), "searched": {}, "whole_searched": {}})
             if not (whole_program and args.skip_linked):
                 start = time.perf_counter()
                 embedding = encoder.embed(module)
@@ -166,16 +174,22 @@ def main() -> int:
                     row["search_seconds"][label] = embed_seconds + time.perf_counter() - start
                     row["searched"][label] = found.text_size
                     row["method"][label] = found.method
+                    row["outlined"]["searched"][label] = outlined(
+                        bpq.optimize(module, found.pipeline, target=target).bitcode)
                     assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
             if whole_program:
                 whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
                 row["whole_instructions"] = whole.instruction_count
-                row["whole_oz"] = text_size(bpq.optimize(whole, "Oz", target=target).bitcode)
+                whole_oz = bpq.optimize(whole, "Oz", target=target).bitcode
+                row["whole_oz"] = text_size(whole_oz)
+                row["outlined"]["whole_oz"] = outlined(whole_oz)
                 embedding = encoder.embed(whole)
                 for label, library in libraries.items():
-                    row["whole_searched"][label] = recommend_pipeline(
-                        whole, args.budget, library=library, embedding=embedding, objective="text-size",
-                        target=target).text_size
+                    found = recommend_pipeline(whole, args.budget, library=library, embedding=embedding,
+                                               objective="text-size", target=target)
+                    row["whole_searched"][label] = found.text_size
+                    row["outlined"]["whole_searched"][label] = outlined(
+                        bpq.optimize(whole, found.pipeline, target=target).bitcode)
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
@@ -185,9 +199,23 @@ def main() -> int:
         if "error" in row or not row["clang_oz"]:
             continue
         g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "whole_oz": [], "seconds": {},
-                                             "searched": {}, "whole_searched": {}, "whole_vs_lto": {}})
+                                             "searched": {}, "whole_searched": {}, "whole_vs_lto": {},
+                                             "outlined": {}})
         g["programs"] += 1
         g["target_oz"].append(row["target_oz"] / row["clang_oz"])
+        o = row["outlined"]
+        ratios = {"target_oz_vs_clang_oz": o["target_oz"] / row["clang_oz"]}
+        for label, value in o["searched"].items():
+            ratios[f"{label}_text_size_vs_clang_oz"] = value / row["clang_oz"]
+        if "whole_oz" in o:
+            ratios["whole_oz_vs_clang_oz"] = o["whole_oz"] / row["clang_oz"]
+            ratios["whole_oz_vs_whole_oz"] = o["whole_oz"] / row["whole_oz"]
+            for label, value in o["whole_searched"].items():
+                ratios[f"{label}_whole_text_size_vs_clang_oz"] = value / row["clang_oz"]
+                ratios[f"{label}_whole_text_size_vs_whole_oz"] = value / row["whole_oz"]
+                ratios[f"{label}_whole_text_size_vs_whole_oz_outlined"] = value / o["whole_oz"]
+        for key, ratio in ratios.items():
+            g["outlined"].setdefault(key, []).append(ratio)
         for label, value in row["searched"].items():
             g["searched"].setdefault(label, []).append(value / row["clang_oz"])
             g["seconds"].setdefault(label, []).append(row["search_seconds"][label])
@@ -199,7 +227,8 @@ def main() -> int:
     b = args.budget
     summary = {}
     for name, g in groups.items():
-        s = summary[name] = {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"])}
+        s = summary[name] = {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"]),
+                             "outliner": {k: geomean(v) for k, v in g["outlined"].items()}}
         for label, ratios in g["searched"].items():
             s[label] = {f"geomean_text_size_at_{b}_vs_clang_oz": geomean(ratios),
                         "smaller_than_clang_oz": sum(r < 1 for r in ratios),
@@ -233,6 +262,9 @@ def main() -> int:
                      if f"geomean_whole_text_size_at_{b}_vs_whole_oz" in r else "- | -")
             print(f"| {name} | {label} | {s['programs']} | {s['geomean_target_oz_vs_clang_oz']:.3f} | {linked} | "
                   f"{whole} |")
+    print("\nWith the machine outliner where it makes the .text smaller (geomeans):")
+    for name, s in summary.items():
+        print(f"- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in s["outliner"].items()))
     failed = [r for r in rows if "error" in r]
     if failed:
         print(f"{len(failed)} programs failed: " + "; ".join(f"{r['name']}: {r['error'][:80]}" for r in failed[:5]))

@@ -433,6 +433,66 @@ def test_cli_compile_for_size_keeps_the_smaller_of_oz_and_os(tmp_path):
     assert proc.returncode == 0 and "2. passes     Oz\n" in proc.stdout
 
 
+REPEATED_BODIES = r"""#include <stdio.h>
+static volatile int state[16];
+#define STEP state[1] = state[2] * 3 + 7; state[3] ^= state[4] << 2; state[5] += state[6] - state[7]; \
+  state[8] = state[9] | state[10]; state[11] = state[12] & 0x55; state[13] += state[14] * state[15];
+#define BODY STEP STEP STEP STEP
+int f0(int x) { BODY return x + state[1]; }
+int f1(int x) { BODY return x * state[3]; }
+int f2(int x) { BODY return x - state[5]; }
+int f3(int x) { BODY return x ^ state[8]; }
+int f4(int x) { BODY return x | state[11]; }
+int f5(int x) { BODY return x & state[13]; }
+int main(int argc, char **argv) {
+  printf("%d\n", f0(argc) + f1(argc) + f2(argc) + f3(argc) + f4(argc) + f5(argc));
+  return 0;
+}
+"""
+
+
+def test_machine_outliner_is_kept_only_where_the_text_is_smaller(tmp_path):
+    """Six functions share a long volatile sequence: llc's machine outliner turns the copies into calls and the
+    .text shrinks; a single small function gains nothing, and ties keep the outliner off."""
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import smaller_codegen, text_size
+    from behavioral_pq.lowering.backends import LlcBackend
+
+    source = tmp_path / "repeated.c"
+    source.write_text(REPEATED_BODIES)
+    target = Target.module_cpus()
+    bitcode = optimize(load_module(source), "Oz", target=target).bitcode
+    outline, chosen, plain = smaller_codegen(bitcode)
+    assert outline and chosen == text_size(bitcode, outline=True) < plain == text_size(bitcode)
+    assert "OUTLINED_FUNCTION" in llc_assembly(bitcode, outline=True)
+    assert "OUTLINED_FUNCTION" not in llc_assembly(bitcode)
+    small = optimize(load_module(EXAMPLES / "sum_array.c"), "Oz", target=target).bitcode
+    outline, chosen, plain = smaller_codegen(small)
+    assert not outline and chosen == plain == text_size(small)
+    assert LlcBackend(outline=True).options()["machine_outliner"] is True
+
+
+def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
+    source = tmp_path / "repeated.c"
+    source.write_text(REPEATED_BODIES)
+    reference = tmp_path / "ref"
+    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
+    expected = subprocess.run([str(reference)], capture_output=True, text=True).stdout
+    symbols = {}
+    for choice in ("auto", "off"):
+        binary = tmp_path / choice
+        proc = bpq("compile", str(source), "--outline", choice, "-o", str(binary))
+        assert proc.returncode == 0, proc.stderr
+        assert ("codegen:   machine outliner on (.text" in proc.stdout) == (choice == "auto")
+        assert "verification: ok" in proc.stdout
+        assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == expected
+        table = subprocess.run(["llvm-nm-19", str(binary)], capture_output=True, text=True).stdout
+        symbols[choice] = "OUTLINED_FUNCTION" in table
+    assert symbols == {"auto": True, "off": False}
+    proc = bpq("compile", str(source), "--objective", "speed", "--outline", "on", "-o", str(tmp_path / "s"))
+    assert proc.returncode == 2 and "--outline on is an llc option of size builds" in proc.stderr
+
+
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""

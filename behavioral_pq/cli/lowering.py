@@ -157,7 +157,7 @@ def cmd_compile(args) -> int:
     from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.core.engine import default_engine
     from behavioral_pq.core.module import load_module
-    from behavioral_pq.core.toolchain import assemble, internalize_bitcode
+    from behavioral_pq.core.toolchain import assemble, internalize_bitcode, smaller_codegen
     from behavioral_pq.lowering.backends import LlcBackend, lower
     from behavioral_pq.lowering.harness import defines_main, harness_for
     from behavioral_pq.lowering.speed import SpeedBackend
@@ -169,6 +169,9 @@ def cmd_compile(args) -> int:
     if args.objective == "speed" and (args.auto_passes or args.passes or args.backend != "llc"):
         raise ValueError("--objective speed chooses its own passes and llc builds: drop --passes, --auto-passes "
                          "and --backend")
+    if args.outline == "on" and (args.objective == "speed" or args.backend != "llc"):
+        raise ValueError("--outline on is an llc option of size builds: drop it with --objective speed or "
+                         "--backend llm")
     check_output(args.output)
     target = cli_target(args)
     if args.objective == "size":
@@ -214,8 +217,14 @@ def cmd_compile(args) -> int:
                   f"-Os {trials.counts[SIZE_SEEDS] or 'failed'})")
         optimized = optimize(module, pipeline, target=target).verify()
         print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
+        outline = args.outline == "on"
+        if args.outline == "auto" and args.backend == "llc" and target is not None:
+            outline, chosen, plain = smaller_codegen(optimized.bitcode, opt_level=args.opt_level,
+                                                     cpu=target.cpu or None, relocation_model=args.relocation_model)
+            print(f"   codegen:   machine outliner {'on' if outline else 'off'} (.text {chosen} bytes, "
+                  f"{plain} without it)")
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
-                              relocation_model=args.relocation_model)
+                              relocation_model=args.relocation_model, outline=outline)
                    if args.backend == "llc" else _llm_backend(args))
         lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run_args=args.run_args)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
@@ -337,6 +346,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
     p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",
                    help="llc relocation model (default pic: the distribution's clang links PIE)")
+    p.add_argument("--outline", choices=("auto", "on", "off"), default="auto",
+                   help="llc's machine outliner (repeated instruction sequences become calls; size builds only): "
+                        "auto (default) keeps it where the .text is smaller in target mode, on, or off")
     p.add_argument("--whole-program", action="store_true",
                    help="FILEs are the whole program: make every definition but main internal first, as LTO does "
                         "(unused code goes, single callers inline; often far smaller, see BENCHMARKS.md)")

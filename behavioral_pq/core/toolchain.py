@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 from behavioral_pq.errors import CompileError, ToolError, ToolNotFoundError, ToolTimeoutError
 
@@ -103,13 +103,17 @@ def link_bitcode(units: Sequence[bytes], *, timeout: float = 120.0, what: str = 
 #: does (a latency-bound reduction can be faster unfused), ``fast`` fuses any fmul + fadd.
 FP_CONTRACT = ("on", "off", "fast")
 RELOCATION_MODELS = ("pic", "static", "dynamic-no-pic")
+#: llc's machine outliner: repeated instruction sequences of the whole module become calls to one outlined
+#: function. clang -Oz leaves it off on x86-64; a size build may turn it on (:func:`smaller_codegen`).
+MACHINE_OUTLINER = "-enable-machine-outliner"
 
 
 def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
-                 relocation_model: str = "pic", timeout: float = 120.0) -> str:
+                 relocation_model: str = "pic", outline: bool = False, timeout: float = 120.0) -> str:
     """x86-64 assembly from ``llc-19 -O<opt_level> --relocation-model=pic`` (PIC because the distribution's clang
     links position-independent executables). ``cpu`` is the default for functions without a ``target-cpu``
-    attribute. Raises ToolError with llc's stderr."""
+    attribute; ``outline`` turns on the machine outliner (:data:`MACHINE_OUTLINER`). Raises ToolError with
+    llc's stderr."""
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
     if fp_contract is not None and fp_contract not in FP_CONTRACT:
@@ -122,14 +126,16 @@ def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = Non
         argv.insert(1, f"-mcpu={cpu}")
     if fp_contract:
         argv.insert(1, f"--fp-contract={fp_contract}")
+    if outline:
+        argv.insert(1, MACHINE_OUTLINER)
     return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
 
 
 def text_size(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, relocation_model: str = "pic",
-              timeout: float = 120.0) -> int:
+              outline: bool = False, timeout: float = 120.0) -> int:
     """Bytes of the ``.text`` sections (``.text`` and ``.text.*``) of ``llc-19 -O<opt_level>``'s object for the
-    module: CompilerGym's ObjectTextSizeBytes, and the text-size objective. ``cpu`` as in :func:`llc_assembly`.
-    Raises ToolError with llc's stderr."""
+    module: CompilerGym's ObjectTextSizeBytes, and the text-size objective (which leaves ``outline`` off).
+    ``cpu`` and ``outline`` as in :func:`llc_assembly`. Raises ToolError with llc's stderr."""
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
     if relocation_model not in RELOCATION_MODELS:
@@ -140,8 +146,20 @@ def text_size(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, 
                 "-o", str(obj), "-"]
         if cpu:
             argv.insert(1, f"-mcpu={cpu}")
+        if outline:
+            argv.insert(1, MACHINE_OUTLINER)
         run_tool(argv, input=bitcode, timeout=timeout)
         return object_text_size(obj, timeout=timeout)
+
+
+def smaller_codegen(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, relocation_model: str = "pic",
+                    timeout: float = 120.0) -> Tuple[bool, int, int]:
+    """Whether the machine outliner makes the module's .text smaller: ``(outline, bytes with that choice, bytes
+    without the outliner)``. Ties keep the outliner off (outlined code adds calls and returns)."""
+    options = dict(opt_level=opt_level, cpu=cpu, relocation_model=relocation_model, timeout=timeout)
+    plain = text_size(bitcode, **options)
+    outlined = text_size(bitcode, outline=True, **options)
+    return (True, outlined, plain) if outlined < plain else (False, plain, plain)
 
 
 def object_text_size(path: Path, *, timeout: float = 120.0) -> int:

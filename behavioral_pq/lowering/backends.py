@@ -47,27 +47,28 @@ class Lowering:
 
 
 class LlcBackend:
-    """``llc-19 -O<opt_level>`` for x86-64: ``cpu`` for functions that name none, ``fp_contract`` and
-    ``relocation_model`` as llc takes them (see :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
+    """``llc-19 -O<opt_level>`` for x86-64: ``cpu`` for functions that name none, ``fp_contract``,
+    ``relocation_model`` and the machine outliner (``outline``) as llc takes them (see
+    :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
 
     name = "llc"
 
     def __init__(self, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
-                 relocation_model: str = "pic"):
+                 relocation_model: str = "pic", outline: bool = False):
         if opt_level not in (0, 1, 2, 3):
             raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
         self.opt_level, self.cpu, self.fp_contract = opt_level, cpu, fp_contract
-        self.relocation_model = relocation_model
+        self.relocation_model, self.outline = relocation_model, outline
 
     def options(self) -> dict:
         """The code-generation options, as recorded in outputs."""
         return {"llc": f"-O{self.opt_level}", "cpu": self.cpu, "fp_contract": self.fp_contract or "on",
-                "relocation_model": self.relocation_model}
+                "relocation_model": self.relocation_model, "machine_outliner": self.outline}
 
     def lower(self, module, harness: Optional[Harness] = None) -> Lowering:
         start = time.monotonic()
         assembly = llc_assembly(module.bitcode, opt_level=self.opt_level, cpu=self.cpu, fp_contract=self.fp_contract,
-                                relocation_model=self.relocation_model)
+                                relocation_model=self.relocation_model, outline=self.outline)
         verdict = harness.check(assembly) if harness is not None else None
         return Lowering(assembly, self.name, verdict, (), time.monotonic() - start)
 
