@@ -493,6 +493,26 @@ def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
     assert proc.returncode == 2 and "--outline on is an llc option of size builds" in proc.stderr
 
 
+def test_cli_compile_links_a_cxx_program_with_the_cxx_runtime(tmp_path):
+    """std::string and iostream: the program needs libstdc++ at link time, and its headers' always_inline members
+    (not exported by the runtime) must be inlined in the -O0 reference as clang -O0 does."""
+    from behavioral_pq.core.toolchain import needs_cxx_runtime
+
+    source = tmp_path / "hello.cpp"
+    source.write_text('#include <iostream>\n#include <string>\n#include <vector>\n'
+                      'std::string greet(const std::string &who) { return "hello, " + who; }\n'
+                      'int main() { std::vector<std::string> v{"a", "b"};\n'
+                      '  for (auto &s : v) std::cout << greet(s) << "\\n"; return 0; }\n')
+    assert needs_cxx_runtime(load_module(source).text())
+    assert not needs_cxx_runtime(load_module(EXAMPLES / "sum_array.c").text())
+    for extra in ([], ["--whole-program"]):
+        binary = tmp_path / ("whole" if extra else "separate")
+        proc = bpq("compile", str(source), *extra, "-o", str(binary))
+        assert proc.returncode == 0, proc.stderr
+        assert "verification: ok" in proc.stdout
+        assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "hello, a\nhello, b\n"
+
+
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""

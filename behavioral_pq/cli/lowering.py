@@ -157,7 +157,7 @@ def cmd_compile(args) -> int:
     from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.core.engine import default_engine
     from behavioral_pq.core.module import load_module
-    from behavioral_pq.core.toolchain import assemble, internalize_bitcode, smaller_codegen
+    from behavioral_pq.core.toolchain import assemble, internalize_bitcode, needs_cxx_runtime, smaller_codegen
     from behavioral_pq.lowering.backends import LlcBackend, lower
     from behavioral_pq.lowering.harness import defines_main, harness_for
     from behavioral_pq.lowering.speed import SpeedBackend
@@ -236,7 +236,7 @@ def cmd_compile(args) -> int:
     source = output.with_suffix(".s") if args.keep_assembly else None
     if source is not None:
         source.write_text(lowering.assembly)
-    assemble(lowering.assembly, output, executable=program)
+    assemble(lowering.assembly, output, executable=program, cxx=program and needs_cxx_runtime(module.text()))
     kind = "executable" if program else "object file"
     print(f"5. {'link' if program else 'assemble':<11}wrote {output} ({kind}"
           + (f", assembly in {source}" if source else "") + f"); {time.monotonic() - start:.1f} s in all")

@@ -197,14 +197,34 @@ def llvm_tool_version(name: str = "llc") -> str:
     return words[1].split()[0]
 
 
-def assemble(assembly: str, output: Path, *, executable: bool, timeout: float = 120.0) -> Path:
-    """Assemble ``assembly`` (AT&T x86-64 text) with clang into ``output``: an executable linked with libm when
-    ``executable``, else an object file. The assembly goes through a scratch file beside ``output``."""
+#: What a module declares but does not define when it needs the C++ runtime (libstdc++, libsupc++): mangled
+#: names, the C++ ABI's ``__cxa_*`` and the exception personality.
+_CXX_RUNTIME = re.compile(r'^(?:declare [^@]*@|@)"?(?:_Z|__cxa_|__gxx_personality)[^ ]*(?: = external |\()', re.M)
+
+
+def needs_cxx_runtime(module_text: str) -> bool:
+    """Whether a module (its textual IR) uses the C++ runtime, so that an executable must be linked as C++."""
+    return _CXX_RUNTIME.search(module_text) is not None
+
+
+def linker(cxx: bool = False) -> list:
+    """The link command's head: clang-19 with libm, or clang++-19 (libstdc++ and libm) for C++ programs."""
+    return [find_tool("clang++"), "-lm"] if cxx else [find_tool("clang"), "-lm"]
+
+
+def assemble(assembly: str, output: Path, *, executable: bool, cxx: bool = False, timeout: float = 120.0) -> Path:
+    """Assemble ``assembly`` (AT&T x86-64 text) with clang into ``output``: an executable linked with libm (and the
+    C++ runtime when ``cxx``, see :func:`needs_cxx_runtime`) when ``executable``, else an object file. The assembly
+    goes through a scratch file beside ``output``."""
     output = Path(output)
     scratch = output.with_name(output.name + ".bpq-tmp.s")
     scratch.write_text(assembly)
     try:
-        argv = [find_tool("clang"), str(scratch), "-o", str(output)] + (["-lm"] if executable else ["-c"])
+        if executable:
+            head, *libraries = linker(cxx)
+            argv = [head, str(scratch), "-o", str(output), *libraries]
+        else:
+            argv = [find_tool("clang"), str(scratch), "-o", str(output), "-c"]
         run_tool(argv, timeout=timeout)
     finally:
         scratch.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
-from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, run_tool, text_size
+from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, needs_cxx_runtime, run_tool, text_size
 from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
@@ -109,10 +109,12 @@ RUNTIME_TIMEOUT = 30.0
 def _runtime(module: Module) -> np.ndarray:
     """float64 (RUNTIME_RUNS,): wall seconds of each run of the module's program (``llc-19 -O2``, linked with
     clang), in a sandbox; ValueError when the module has no ``main``, RuntimeError when a run fails."""
-    if not re.search(r"^define [^@]*@main\(", module.text(), re.M):
+    text = module.text()
+    if not re.search(r"^define [^@]*@main\(", text, re.M):
         raise ValueError(f"{module.name}: no main function, so no Runtime observation")
     with tempfile.TemporaryDirectory(prefix="bpq-runtime-") as tmp:
-        binary = assemble(llc_assembly(module.bitcode, opt_level=2), Path(tmp) / "program", executable=True)
+        binary = assemble(llc_assembly(module.bitcode, opt_level=2), Path(tmp) / "program", executable=True,
+                          cxx=needs_cxx_runtime(text))
         box = Sandbox(tmp)
         times = []
         for _ in range(RUNTIME_RUNS):

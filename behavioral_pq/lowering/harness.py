@@ -29,7 +29,8 @@ import weakref
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from behavioral_pq.core.toolchain import excerpt, find_tool, llc_assembly, run_tool
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
 from behavioral_pq.errors import ToolError
 from behavioral_pq.lowering.sandbox import Limits, Sandbox, describe, screen_assembly, scrub
 from behavioral_pq.lowering.tasks import Task
@@ -218,9 +219,10 @@ class Harness:
         self._tool("assemble", [find_tool("clang"), "-c", "-x", "assembler", str(source), "-o", str(obj)])
         return obj
 
-    def _link(self, objects: Sequence[Path]) -> Path:
+    def _link(self, objects: Sequence[Path], cxx: bool = False) -> Path:
         binary = self._scratch("")
-        self._tool("link", [find_tool("clang"), *map(str, objects), "-o", str(binary), "-lm"])
+        head, *libraries = linker(cxx)
+        self._tool("link", [head, *map(str, objects), "-o", str(binary), *libraries])
         return binary
 
     def _compile_c(self, source: Path, flags: Sequence[str]) -> Path:
@@ -332,19 +334,24 @@ class TaskHarness(Harness):
 
 class ProgramHarness(Harness):
     """Checks a whole program (a module with ``main``) against ``reference`` (default: the same module)
-    lowered by ``llc-19 -O0``. Pass the unoptimized module as ``reference`` to check the passes too."""
+    built as ``clang-19 -O0`` builds it (the always-inliner, then ``llc-19 -O0``), linked as C++ where it uses the
+    C++ runtime. Pass the unoptimized module as ``reference`` to check the passes too."""
 
     def __init__(self, module, *, reference=None, args: Sequence[str] = (), **kwargs):
         super().__init__(**kwargs)
         self.module = module
         self.args = [str(a) for a in args]
-        reference = self._link([self._assemble(llc_assembly((reference or module).bitcode, opt_level=0))])
+        self.cxx = needs_cxx_runtime(module.text())
+        # clang -O0's pipeline: the always-inliner only. C++ headers mark members always_inline that the C++
+        # runtime does not export (libstdc++'s basic_string::_M_use_local_data), so llc alone cannot link them
+        unoptimized = optimize(reference or module, "O0")
+        reference = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0))], self.cxx)
         self.expected_status, self.expected = self._execute(reference, self.args)
 
     timed = True
 
     def _build(self, assembly: str) -> Path:
-        return self._link([self._assemble(assembly)])
+        return self._link([self._assemble(assembly)], self.cxx)
 
     def timing(self, assembly: str, runs: int = 5) -> Timing:
         """Wall time of ``runs`` runs of the program (with its ``args``), in ns; the program must pass first."""

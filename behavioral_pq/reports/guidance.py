@@ -91,7 +91,8 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                 embedding = encoder.embed(module)
             embed_seconds = time.perf_counter() - start
             row = {"program": module.sha256, "name": module.name, "instruction_count": module.instruction_count,
-                   "kind": kind_of.get(module.sha256, "small"), "counts": {m: {} for m in methods}, "seconds": {m: {} for m in methods}}
+                   "kind": kind_of.get(module.sha256, "small"), "counts": {m: {} for m in methods},
+                   "seconds": {m: {} for m in methods}}
             random_ids = np.random.default_rng([seed, int(module.sha256[:8], 16)]).choice(
                 len(library), min(neighbors, len(library)), replace=False)
             for budget in budgets:
@@ -156,7 +157,8 @@ def _summarize(rows, failed, budgets, library, split, neighbors, seed, methods=M
     winners: Dict[str, int] = {}
     for r in rows:
         winners[r.get("method", "?")] = winners.get(r.get("method", "?"), 0) + 1
-    report = {"methods": list(methods), "split": split, "programs": len(rows), "failed": failed, "budgets": budgets, "neighbors": neighbors,
+    report = {"methods": list(methods), "split": split, "programs": len(rows), "failed": failed, "budgets": budgets,
+              "neighbors": neighbors,
               "seed": seed, "library": {"programs": len(library), "revision": library.revision,
                                         "settings": library.settings},
               "geomean_oz_over_method": ratios, "fraction_better_than_oz": improved, "seconds_per_program": seconds,

@@ -38,6 +38,6 @@ from behavioral_pq.tasks.guidance.recommend import recommend_and_optimize, recom
 from behavioral_pq.tasks.guidance.trials import Recommendation, Trials
 
 __all__ = ["GENERIC", "OZ", "LibraryProgram", "ProgramLibrary", "Recommendation", "Steps", "Trials",
-           "build_library", "choose_library_programs", "default_library", "describe_steps", "fit_coreset", "greedy_search",
-           "load_library", "merge_libraries", "random_search", "recommend_and_optimize", "recommend_pipeline",
-           "search_program"]
+           "build_library", "choose_library_programs", "default_library", "describe_steps", "fit_coreset",
+           "greedy_search", "load_library", "merge_libraries", "random_search", "recommend_and_optimize",
+           "recommend_pipeline", "search_program"]
