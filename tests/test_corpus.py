@@ -590,3 +590,47 @@ def test_whole_programs_link_each_main_with_the_units_it_needs(tmp_path):
     assert [p.name for p in kept] == ["tool"]                   # app is larger than tool
     with pytest.raises(CorpusError, match="no unit of project 'q'"):
         project_units(store, "q")
+
+
+def test_a_unit_of_data_only_is_kept_for_the_programs_that_link_with_it(tmp_path):
+    """A lookup table in its own file defines no function, so it is no module; the program that reads it still
+    links with it (kept under STORE/data-units), and the linked program runs."""
+    from behavioral_pq.corpus.programs import DATA_UNITS, NO_CODE, program_items, project_units, write_data_unit
+    from behavioral_pq.core.toolchain import assemble, llc_assembly
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    sources = {"main.c": '#include <stdio.h>\nextern const int squares[5];\nint sum(int);\n'
+                         'int main(void) { printf("%d\\n", sum(5)); return 0; }\n',
+               "sum.c": "extern const int squares[5];\nint sum(int n) { int s = 0;\n"
+                        "  for (int i = 0; i < n; i++) s += squares[i]; return s; }\n",
+               "table.c": "const int squares[5] = {0, 1, 4, 9, 16};\n"}
+    for name, text in sources.items():
+        (project / name).write_text(text)
+    (project / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(project), "file": name, "arguments": ["cc", "-c", name]} for name in sources]))
+    store = tmp_path / "s"
+    summary = build_corpus(from_compile_commands(project / "compile_commands.json", project="p"), store,
+                           workers=1, labels=False)
+    assert summary.new_modules == 2 and summary.failures == {("prepare", "InvalidIRError"): 1}
+    row = next(r for r in Corpus(store).store.read("inputs", ["sources", "status", "error", "sha256"]).to_pylist()
+               if r["sources"][0].endswith("table.c"))
+    assert row["status"] == "failed" and row["error"].endswith(NO_CODE)
+    assert (store / DATA_UNITS / f"{row['sha256']}.bc").is_file()
+
+    units, bitcode, _ = project_units(store, "p")
+    table = next(u for u in units if u.source.endswith("table.c"))
+    assert table.defined == {"squares"} and table.instruction_count == 0
+    items, programs = program_items(store, "p")
+    assert [[Path(u.source).name for u in p.units] for p in programs] == [["main.c", "sum.c", "table.c"]]
+    build_corpus(items, store, workers=1, labels=False)
+    linked = next(m for m in Corpus(store).iter_modules() if "define dso_local i32 @sum" in m.text()
+                  and "define dso_local i32 @main" in m.text())
+    assert "@squares = dso_local constant [5 x i32] [i32 0, i32 1, i32 4, i32 9, i32 16]" in linked.text()
+    binary = assemble(llc_assembly(linked.bitcode), tmp_path / "prog", executable=True)
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "30\n"
+
+    (store / DATA_UNITS / f"{row['sha256']}.bc").write_bytes(b"not the table")   # a file that lies is not used
+    assert not any(u.source.endswith("table.c") for u in project_units(store, "p")[0])
+    with pytest.raises(CorpusError, match="not the sha256"):
+        write_data_unit(store, "../" + "0" * 61, b"x")

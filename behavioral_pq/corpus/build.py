@@ -28,8 +28,10 @@ import pyarrow as pa
 from behavioral_pq.core._native_loader import native
 from behavioral_pq.core.engine import Engine, default_workers
 from behavioral_pq.core.module import Module
+from behavioral_pq.corpus.buckets import PROJECT_PREFIX
 from behavioral_pq.corpus.inputs import InputItem, load_bitcode
 from behavioral_pq.corpus.labels import LABEL_PIPELINES, label_row
+from behavioral_pq.corpus.programs import DATA_UNITS, NO_CODE, write_data_unit
 from behavioral_pq.corpus.store import SCHEMAS, CorpusStore
 from behavioral_pq.embedding.probes import ProbeSet, load_probes
 from behavioral_pq.embedding.spectrum import spectra
@@ -157,7 +159,7 @@ def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions)
     engine = _task_engine(options.timeout)
     known_modules = _known(store_path, "modules")
     known_labels = _known(store_path, "labels") if options.labels else set()
-    inputs, modules, fresh = [], [], []
+    inputs, modules, fresh, data_units = [], [], [], []
     for item in items:
         row = _input_row(item)
         start = time.perf_counter()
@@ -167,7 +169,10 @@ def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions)
             stage = "prepare"
             bitcode = engine.prepare(raw, os.path.basename(item.sources[0]))
             if native.instruction_count(bitcode) == 0:
-                raise InvalidIRError(f"{os.path.basename(item.sources[0])}: no code (no function is defined)")
+                if item.origin.startswith(PROJECT_PREFIX):   # a table of data: no module, but programs link with it
+                    row["sha256"] = hashlib.sha256(bitcode).hexdigest()
+                    data_units.append({"sha256": row["sha256"], "bitcode": bitcode})
+                raise InvalidIRError(f"{os.path.basename(item.sources[0])}: {NO_CODE}")
         except (BPQError, OSError) as exc:
             row.update(status="failed", stage=stage, **_error_fields(exc))
         else:
@@ -184,7 +189,7 @@ def build_task(items: Sequence[InputItem], store_path: str, options: JobOptions)
         row["seconds"] = time.perf_counter() - start
         inputs.append(row)
     labels = _label_rows(engine, fresh) if fresh else []
-    return {"inputs": inputs, "modules": modules, "labels": labels}
+    return {"inputs": inputs, "modules": modules, "labels": labels, DATA_UNITS: data_units}
 
 
 def _label_rows(engine, modules: Sequence[Tuple[str, bytes, str]]) -> List[dict]:
@@ -403,6 +408,8 @@ def build_corpus(items: Iterable[InputItem], store: os.PathLike, *, labels: bool
             yield item
 
     def on_result(result: dict) -> int:
+        for unit in result.pop(DATA_UNITS, ()):
+            write_data_unit(corpus.path, unit["sha256"], unit["bitcode"])
         fresh = {sha for sha in (r["sha256"] for r in result["modules"]) if sha not in writer.seen["modules"]}
         summary.new_modules += len(fresh)
         ok = 0

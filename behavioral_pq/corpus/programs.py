@@ -7,6 +7,10 @@ do, as in archive order). Units that define another ``main`` are never added (th
 that no unit defines are the libraries' (libc, libm, ...). A program of one unit is that unit, already in the store,
 so only programs of two or more units are built.
 
+A unit that defines data but no function (a lookup table in its own file) is not a module, but programs link with
+it: ``bpq corpus build --project`` keeps its bitcode, content-addressed, in ``STORE/data-units`` (its input row
+stays failed with "no code"), and the programs that use its symbols take it like any other unit.
+
 The units are read from the store (the project's prepared modules, built by ``bpq corpus build --compile-commands
 --project NAME``), written content-addressed under a units folder and linked with ``llvm-link-19`` as an ordinary
 corpus input: origin ``project:NAME`` and the project's split group, so a program and its units always land in the
@@ -15,7 +19,9 @@ same split, and a second run resumes.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
@@ -27,6 +33,11 @@ from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.errors import CorpusError, ToolError
 
 ENTRY = "main"
+#: The error of a unit without functions; a project's such units are kept for linking (see the module docstring).
+NO_CODE = "no code (no function is defined)"
+#: Key of a build result, and folder of the store, for those units' bitcode.
+DATA_UNITS = "data-units"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 #: ``llvm-nm -P`` symbol types that are references, not definitions (undefined, weak undefined).
 _UNDEFINED_TYPES = {"U", "w", "v"}
 
@@ -112,6 +123,31 @@ def whole_programs(units: Sequence[Unit]) -> List[Program]:
     return programs
 
 
+def write_data_unit(store: os.PathLike, sha256: str, bitcode: bytes) -> None:
+    """Keep a data-only unit's bitcode under ``STORE/data-units/<sha256>.bc`` (once; atomic)."""
+    if not _SHA256.fullmatch(sha256) or hashlib.sha256(bitcode).hexdigest() != sha256:
+        raise CorpusError(f"data unit {sha256[:70]!r}: not the sha256 of its bitcode")
+    path = Path(store) / DATA_UNITS / f"{sha256}.bc"
+    if path.is_file():
+        return
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(bitcode)
+    os.replace(tmp, path)
+
+
+def _data_unit(store: os.PathLike, sha256: Optional[str]) -> Optional[bytes]:
+    """A kept data-only unit's bitcode, or None (none kept, or the file does not hash to its name)."""
+    if not sha256 or not _SHA256.fullmatch(sha256):
+        return None
+    path = Path(store) / DATA_UNITS / f"{sha256}.bc"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == sha256 else None
+
+
 def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[str, bytes], str]:
     """The stored units of ``project`` with their symbols, their bitcode by hash, and the project's split group.
 
@@ -122,20 +158,27 @@ def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[st
     origin = project_origin(project)
     first_source: Dict[str, str] = {}
     groups = set()
-    inputs = corpus.read("inputs", ["sha256", "origin", "group", "status", "sources"])
-    for sha, row_origin, group, status, sources in zip(*(c.to_pylist() for c in inputs.columns)):
-        if row_origin == origin and status == "ok" and len(sources) == 1:
-            groups.add(group)
-            if sha not in first_source or sources[0] < first_source[sha]:
-                first_source[sha] = sources[0]
+    data: Dict[str, bytes] = {}
+    inputs = corpus.read("inputs", ["sha256", "origin", "group", "status", "sources", "error"])
+    for sha, row_origin, group, status, sources, error in zip(*(c.to_pylist() for c in inputs.columns)):
+        if row_origin != origin or len(sources) != 1:
+            continue
+        if status != "ok":
+            kept = _data_unit(store, sha) if (error or "").endswith(NO_CODE) else None
+            if kept is None:
+                continue
+            data[sha] = kept
+        groups.add(group)
+        if sha not in first_source or sources[0] < first_source[sha]:
+            first_source[sha] = sources[0]
     if not first_source:
         raise CorpusError(f"{store}: no unit of project {project!r} (build it first: bpq corpus build "
                           f"--compile-commands FILE --project {project} --out {store})")
     if len(groups) != 1:
         raise CorpusError(f"{store}: the units of project {project!r} are in {len(groups)} split groups "
                           "(built with --group-regex); a whole program needs one")
-    bitcode: Dict[str, bytes] = {}
-    sizes: Dict[str, int] = {}
+    bitcode: Dict[str, bytes] = dict(data)
+    sizes: Dict[str, int] = dict.fromkeys(data, 0)
     for batch in corpus.iter_batches("modules", ["sha256", "bitcode", "instruction_count"], batch_size=256):
         for sha, data, size in zip(*(c.to_pylist() for c in batch.columns)):
             if sha in first_source:
@@ -178,4 +221,5 @@ def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathL
     return items, programs
 
 
-__all__ = ["Program", "Unit", "program_items", "project_units", "symbols", "whole_programs"]
+__all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "program_items", "project_units", "symbols", "whole_programs",
+           "write_data_unit"]
