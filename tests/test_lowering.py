@@ -513,6 +513,35 @@ def test_cli_compile_links_a_cxx_program_with_the_cxx_runtime(tmp_path):
         assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "hello, a\nhello, b\n"
 
 
+def test_cli_compile_one_program_of_a_compile_commands_project(tmp_path):
+    """Two programs in one database: --program picks one main with the units it needs (a table of data among
+    them), builds it as a whole program and checks it; a name that is no program is refused with the list."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    sources = {"app.c": '#include <stdio.h>\nint parse(const char *);\n'
+                        'int main(void) { printf("%d\\n", parse("abc")); return 0; }\n',
+               "parse.c": "extern const int weights[3];\n"
+                          "int parse(const char *s) { int n = 0; for (int i = 0; s[i]; i++) n += s[i] * weights[i % 3];"
+                          " return n; }\n",
+               "weights.c": "const int weights[3] = {1, 10, 100};\n",
+               "tool.c": "int main(void) { return 3; }\n"}
+    for name, text in sources.items():
+        (project / name).write_text(text)
+    database = project / "compile_commands.json"
+    database.write_text(json.dumps([{"directory": str(project), "file": name, "arguments": ["cc", "-O2", "-c", name]}
+                                    for name in sources]))
+    binary = tmp_path / "app"
+    proc = bpq("compile", "--compile-commands", str(database), "--program", "app", "--whole-program", "-o",
+               str(binary))
+    assert proc.returncode == 0, proc.stderr
+    assert "1. load       app (3 units)" in proc.stdout and "verification: ok" in proc.stdout
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == f"{97 + 980 + 9900}\n"
+    proc = bpq("compile", "--compile-commands", str(database), "--program", "nope", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "the programs there: app, tool" in proc.stderr
+    proc = bpq("compile", str(project / "app.c"), "--program", "app", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "--program picks a program of --compile-commands" in proc.stderr
+
+
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""

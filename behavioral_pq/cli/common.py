@@ -56,6 +56,9 @@ def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: b
         group.add_argument("--compile-commands", metavar="JSON",
                            help="take the flags of each FILE from a compile_commands.json; with no FILE, every "
                                 "unit it lists, linked into one program")
+        group.add_argument("--program", metavar="NAME",
+                           help="with --compile-commands: the program whose main is in NAME (a file's path, name "
+                                "or stem) with the units it needs, as a static link or `bpq corpus link` finds them")
     parser.add_argument("--no-cache", action="store_true",
                         help="measure spectra again instead of reading the spectrum cache (also: BPQ_NO_CACHE=1)")
 
@@ -101,6 +104,13 @@ def load_program(args):
     from behavioral_pq.corpus.inputs import module_from_compile_commands
 
     flags = program_flags(args)
+    program = getattr(args, "program", None)
+    if program is not None:
+        if not getattr(args, "compile_commands", None) or args.files:
+            raise ValueError("--program picks a program of --compile-commands JSON: give both, and no FILE")
+        from behavioral_pq.corpus.programs import program_from_compile_commands
+
+        return program_from_compile_commands(args.compile_commands, program, flags=flags)
     if getattr(args, "compile_commands", None):
         return module_from_compile_commands(args.compile_commands, files=args.files, flags=flags)
     if not args.files:

@@ -221,5 +221,47 @@ def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathL
     return items, programs
 
 
-__all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "program_items", "project_units", "symbols", "whole_programs",
+def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Sequence[str] = (),
+                                  allow_plugins: bool = False):
+    """One whole program of a ``compile_commands.json`` as a module: the unit that defines ``main`` in the file
+    ``program`` (a path, or a file name or stem such as ``minigzip``) with the units it needs, found as
+    :func:`whole_programs` finds them (every unit is compiled with its recorded flags plus ``flags``; units that
+    do not compile are left out, and the link then names what they would have defined).
+
+    Raises:
+        ValueError: no unit defines ``main`` in such a file (the message lists the programs there are).
+        CompileError: the chosen units do not link.
+    """
+    import dataclasses
+    import logging
+
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.toolchain import link_bitcode
+    from behavioral_pq.corpus.inputs import from_compile_commands, load_bitcode
+    from behavioral_pq.errors import BPQError
+
+    units, bitcode = [], {}
+    for item in from_compile_commands(path, allow_plugins=allow_plugins):
+        try:
+            data = load_bitcode(dataclasses.replace(item, flags=item.flags + tuple(flags)))
+            defined, used = symbols(data)
+        except BPQError as exc:
+            logging.getLogger(__name__).warning("%s: left out: %s", item.sources[0], exc)
+            continue
+        sha = hashlib.sha256(data).hexdigest()
+        bitcode[sha] = data
+        units.append(Unit(sha, item.sources[0], defined, used))
+    programs = whole_programs(units)
+    wanted = Path(program)
+    chosen = [p for p in programs if program in (p.name, Path(p.units[0].source).name)
+              or (len(wanted.parts) > 1 and Path(p.units[0].source) == wanted.resolve())]
+    if not chosen:
+        names = ", ".join(sorted({p.name for p in programs})) or "none"
+        raise ValueError(f"{path}: no unit defines main in {program!r}; the programs there: {names}")
+    found = chosen[0]
+    module = link_bitcode([bitcode[u.sha256] for u in found.units], what=f"program {found.name}")
+    return load_module(module, name=f"{found.name} ({len(found.units)} units)")
+
+
+__all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "program_from_compile_commands", "program_items", "project_units", "symbols", "whole_programs",
            "write_data_unit"]
