@@ -542,6 +542,16 @@ def test_cli_compile_one_program_of_a_compile_commands_project(tmp_path):
     assert proc.returncode == 2 and "--program picks a program of --compile-commands" in proc.stderr
 
 
+def test_cli_compile_says_when_the_reference_build_cannot_check_the_program(tmp_path):
+    source = tmp_path / "crash.c"
+    source.write_text("int main(void) { return *(volatile int *)0; }\n")
+    proc = bpq("compile", str(source), "-o", str(tmp_path / "crash"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "its -O0 reference build cannot serve as the check" in proc.stderr and "--no-verify" in proc.stderr
+    proc = bpq("compile", str(source), "--no-verify", "-o", str(tmp_path / "crash"))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""

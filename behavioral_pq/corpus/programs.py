@@ -19,18 +19,23 @@ same split, and a second run resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from behavioral_pq.core.toolchain import find_tool, run_tool
+from behavioral_pq.core.module import load_module
+from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
 from behavioral_pq.corpus.buckets import project_origin
-from behavioral_pq.corpus.inputs import InputItem, make_item
+from behavioral_pq.corpus.inputs import InputItem, from_compile_commands, load_bitcode, make_item
 from behavioral_pq.corpus.store import CorpusStore
-from behavioral_pq.errors import CorpusError, ToolError
+from behavioral_pq.errors import BPQError, CorpusError, ToolError
+
+logger = logging.getLogger(__name__)
 
 ENTRY = "main"
 #: The error of a unit without functions; a project's such units are kept for linking (see the module docstring).
@@ -232,21 +237,13 @@ def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Seq
         ValueError: no unit defines ``main`` in such a file (the message lists the programs there are).
         CompileError: the chosen units do not link.
     """
-    import dataclasses
-    import logging
-
-    from behavioral_pq.core.module import load_module
-    from behavioral_pq.core.toolchain import link_bitcode
-    from behavioral_pq.corpus.inputs import from_compile_commands, load_bitcode
-    from behavioral_pq.errors import BPQError
-
     units, bitcode = [], {}
     for item in from_compile_commands(path, allow_plugins=allow_plugins):
         try:
             data = load_bitcode(dataclasses.replace(item, flags=item.flags + tuple(flags)))
             defined, used = symbols(data)
         except BPQError as exc:
-            logging.getLogger(__name__).warning("%s: left out: %s", item.sources[0], exc)
+            logger.warning("%s: left out: %s", item.sources[0], exc)
             continue
         sha = hashlib.sha256(data).hexdigest()
         bitcode[sha] = data

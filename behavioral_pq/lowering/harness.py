@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
-from behavioral_pq.errors import ToolError
+from behavioral_pq.errors import LoweringError, ToolError
 from behavioral_pq.lowering.sandbox import Limits, Sandbox, describe, screen_assembly, scrub
 from behavioral_pq.lowering.tasks import Task
 
@@ -345,8 +345,14 @@ class ProgramHarness(Harness):
         # clang -O0's pipeline: the always-inliner only. C++ headers mark members always_inline that the C++
         # runtime does not export (libstdc++'s basic_string::_M_use_local_data), so llc alone cannot link them
         unoptimized = optimize(reference or module, "O0")
-        reference = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0))], self.cxx)
-        self.expected_status, self.expected = self._execute(reference, self.args)
+        try:
+            reference = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0))], self.cxx)
+            self.expected_status, self.expected = self._execute(reference, self.args)
+        except _StageError as exc:
+            self.close()
+            raise LoweringError(f"{module.name}: its -O0 reference build cannot serve as the check "
+                                f"({exc.stage}: {exc.message}); a program that waits for input or runs long "
+                                "needs arguments that make it finish (--run-args), or no check (--no-verify)") from None
 
     timed = True
 

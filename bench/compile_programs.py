@@ -1,0 +1,115 @@
+"""Every program of one or more projects built by ``bpq compile`` and checked by running it.
+
+    python bench/compile_programs.py build/compile_commands.json [...] [--whole-program] [--outline auto]
+                                     [--max-instructions N] [--out bench/results] [--name compile_programs.json]
+
+For each compile database, the programs are found as ``bpq corpus link`` finds them (each unit that defines
+``main`` with the units it needs; :func:`~behavioral_pq.corpus.programs.whole_programs`). Each is built the way
+``bpq compile --compile-commands DB --program NAME`` builds it for size (target mode for the module's CPU, -Oz or
+-Os by .text, the machine outliner where it makes the .text smaller, ``llc -O2``) and run, without arguments,
+against its ``-O0`` reference build (the program's own harness: exit status and stdout must match; a run past
+10 s is a timeout). Rows: project, program, units, IR instructions, the verdict, .text bytes with and without the
+outliner, seconds. A program that prints times or addresses differs from its reference on its own; the result
+says how often the outliner was on among the programs that passed.
+"""
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("databases", nargs="+", metavar="JSON", help="compile_commands.json files")
+    parser.add_argument("--whole-program", action="store_true", help="internalize all but main first (as LTO)")
+    parser.add_argument("--outline", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--max-instructions", type=int, default=150000, metavar="N")
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--name", default="compile_programs.json")
+    args = parser.parse_args()
+
+    from tqdm import tqdm
+
+    from behavioral_pq.core.module import load_module
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, smaller_codegen, text_size
+    from behavioral_pq.corpus.inputs import from_compile_commands, load_bitcode
+    from behavioral_pq.corpus.programs import Unit, symbols, whole_programs
+    from behavioral_pq.errors import BPQError
+    from behavioral_pq.lowering.backends import LlcBackend, lower
+
+    target = Target.module_cpus()
+    work = []
+    for database in args.databases:
+        units, bitcode = [], {}
+        for item in from_compile_commands(database):
+            try:
+                data = load_bitcode(item)
+                defined, used = symbols(data)
+            except BPQError:
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            bitcode[sha] = data
+            units.append(Unit(sha, item.sources[0], defined, used))
+        project = Path(database).resolve().parent.name
+        seen = set()
+        for program in whole_programs(units):
+            key = tuple(sorted(u.sha256 for u in program.units))
+            if key not in seen:
+                seen.add(key)
+                work.append((project, program, [bitcode[u.sha256] for u in program.units]))
+    rows = []
+    for project, program, parts in tqdm(work, desc="programs", unit="program"):
+        row = {"project": project, "program": program.name, "units": len(parts)}
+        start = time.perf_counter()
+        try:
+            module = load_module(link_bitcode(parts, what=program.name), name=program.name)
+            row["instructions"] = module.instruction_count
+            if module.instruction_count > args.max_instructions:
+                row["skipped"] = f"more than {args.max_instructions} instructions"
+                rows.append(row)
+                continue
+            built = load_module(internalize_bitcode(module.bitcode), name=program.name) if args.whole_program \
+                else module
+            candidates = [optimize(built, level, target=target) for level in ("Oz", "Os")]
+            sizes = [text_size(c.bitcode) for c in candidates]
+            optimized = candidates[sizes.index(min(sizes))]
+            outline = args.outline == "on"
+            if args.outline == "auto":
+                outline, row["text"], row["text_plain"] = smaller_codegen(optimized.bitcode)
+            else:
+                row["text"] = row["text_plain"] = text_size(optimized.bitcode, outline=outline)
+            row["outline"] = outline
+            lowering = lower(optimized.verify(), LlcBackend(outline=outline), verify=True, reference=module)
+            row["verdict"] = lowering.verdict.stage if lowering.verdict is not None else "unchecked"
+        except BPQError as exc:
+            row["verdict"] = "error"
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        row["seconds"] = round(time.perf_counter() - start, 2)
+        rows.append(row)
+    checked = [r for r in rows if "verdict" in r]
+    verdicts = Counter(r["verdict"] for r in checked)
+    passed = [r for r in checked if r["verdict"] == "ok"]
+    plain = sum(r["text_plain"] for r in passed)
+    summary = {"programs": len(rows), "checked": len(checked), "verdicts": dict(verdicts), "passed": len(passed),
+               "passed_with_outliner": sum(r["outline"] for r in passed),
+               "text_over_text_without_outliner": sum(r["text"] for r in passed) / max(plain, 1)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {k: v for k, v in vars(args).items() if k not in ("out", "name")}
+    (out / args.name).write_text(json.dumps({"config": config, "summary": summary, "rows": rows}, indent=1))
+    print(json.dumps(summary, indent=1))
+    for row in checked:
+        if row["verdict"] != "ok":
+            print(f"  {row['project']}/{row['program']}: {row['verdict']} {row.get('error', '')[:120]}")
+    print(f"wrote {out / args.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
