@@ -98,6 +98,18 @@ def test_file_reading_directives_are_refused_before_assembling(task, module):
     assert "more than" in screen_assembly("nop\n" * 600_000)
 
 
+def test_only_a_models_answers_are_bounded_in_size(task, module):
+    """A model's answer past 2 MiB is refused; llc's own output is as trusted as the module and is not (a real
+    program's -O0 assembly runs to several MiB)."""
+    from behavioral_pq.lowering.harness import harness_for
+
+    padded = HEADER + CORRECT + "\tretq\n" + "# padding\n" * 300_000     # 3 MB of comments
+    with harness_for(module, task) as bounded, harness_for(module, task, max_assembly_bytes=None) as unbounded:
+        assert bounded.check(padded).stage == "assemble" and "more than" in bounded.check(padded).message
+        assert unbounded.check(padded).ok
+    assert screen_assembly(padded, max_bytes=None) is None
+
+
 def test_secrets_in_the_environment_never_reach_the_endpoint(task, module, monkeypatch):
     secret = "sk-test-0123456789abcdef"
     monkeypatch.setenv("BPQ_LLM_API_KEY_SHADOW", secret)

@@ -187,7 +187,7 @@ def cmd_compile(args) -> int:
         print("   whole program: every definition but main made internal (as LTO does for an executable)")
     if args.objective == "speed":
         backend = SpeedBackend(runs=args.runs)
-        with harness_for(module, args=args.run_args) as harness:
+        with harness_for(module, args=args.run_args, max_assembly_bytes=None) as harness:
             lowering = backend.lower(module, harness if not args.no_verify else None)
         for label, median, stage in backend.last.tried:
             print(f"2. build      {label}: " + (f"{median / 1e6:.2f} ms" if median is not None else stage))

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
 from behavioral_pq.errors import LoweringError, ToolError
-from behavioral_pq.lowering.sandbox import Limits, Sandbox, describe, screen_assembly, scrub
+from behavioral_pq.lowering.sandbox import MAX_ASSEMBLY_BYTES, Limits, Sandbox, describe, screen_assembly, scrub
 from behavioral_pq.lowering.tasks import Task
 
 #: Failure stages, in the order a candidate meets them.
@@ -158,9 +158,12 @@ class Harness:
     runs = True
 
     def __init__(self, *, run_timeout: float = 10.0, tool_timeout: float = 60.0, unsafe_run: Optional[bool] = None,
-                 limits: Limits = Limits()):
+                 limits: Limits = Limits(), max_assembly_bytes: Optional[int] = MAX_ASSEMBLY_BYTES):
+        """``max_assembly_bytes``: the largest assembly text checked (None: no bound, for llc's own output; a model's
+        answers keep the bound). The harness's own reference builds are never bounded."""
         self.run_timeout = run_timeout
         self.tool_timeout = tool_timeout
+        self.max_assembly_bytes = max_assembly_bytes
         self.workdir = Path(tempfile.mkdtemp(prefix="bpq-lower-"))
         self.sandbox = Sandbox(self.workdir, limits, unsafe=unsafe_run)
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
@@ -210,8 +213,9 @@ class Harness:
             why = describe(result)[1] if result.returncode is None else f"exited with {result.returncode}"
             raise _StageError(stage, self._clean(f"{Path(argv[0]).name} {why}: {excerpt(detail)}"))
 
-    def _assemble(self, assembly: str) -> Path:
-        refused = screen_assembly(assembly)
+    def _assemble(self, assembly: str, *, own: bool = False) -> Path:
+        """An object of ``assembly``; ``own``: the harness's own llc build (a reference), never size-bounded."""
+        refused = screen_assembly(assembly, max_bytes=None if own else self.max_assembly_bytes)
         if refused:
             raise _StageError("assemble", f"refused before assembling: {refused}")
         source, obj = self._scratch(".s"), self._scratch(".o")
@@ -346,7 +350,8 @@ class ProgramHarness(Harness):
         # runtime does not export (libstdc++'s basic_string::_M_use_local_data), so llc alone cannot link them
         unoptimized = optimize(reference or module, "O0")
         try:
-            reference = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0))], self.cxx)
+            reference = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0), own=True)],
+                                   self.cxx)
             self.expected_status, self.expected = self._execute(reference, self.args)
         except _StageError as exc:
             self.close()
@@ -395,7 +400,7 @@ class SymbolHarness(Harness):
     def __init__(self, module, **kwargs):
         super().__init__(**kwargs)
         self.module = module
-        self.symbols = self._defined(self._assemble(llc_assembly(module.bitcode, opt_level=0)))
+        self.symbols = self._defined(self._assemble(llc_assembly(module.bitcode, opt_level=0), own=True))
 
     def _defined(self, obj: Path) -> List[str]:
         out = run_tool([find_tool("llvm-nm"), "--defined-only", "--extern-only", "--format=just-symbols", str(obj)],

@@ -192,10 +192,11 @@ def _read_cut(path: Path, limit: int) -> bytes:
     return data if len(data) <= limit else data[:limit] + b"\n[output cut]\n"
 
 
-def screen_assembly(assembly: str, *, max_bytes: int = MAX_ASSEMBLY_BYTES) -> Optional[str]:
-    """Why ``assembly`` must not be assembled (a directive that reads a file, or too large), or None."""
+def screen_assembly(assembly: str, *, max_bytes: Optional[int] = MAX_ASSEMBLY_BYTES) -> Optional[str]:
+    """Why ``assembly`` must not be assembled (a directive that reads a file, or larger than ``max_bytes`` unless
+    that is None), or None."""
     size = len(assembly.encode(errors="replace"))
-    if size > max_bytes:
+    if max_bytes is not None and size > max_bytes:
         return f"the assembly is {size:,} bytes, more than the {max_bytes:,} allowed"
     found = FILE_DIRECTIVES.search(assembly)
     if found:
