@@ -550,6 +550,10 @@ def test_cli_compile_says_when_the_reference_build_cannot_check_the_program(tmp_
     assert "its -O0 reference build cannot serve as the check" in proc.stderr and "--no-verify" in proc.stderr
     proc = bpq("compile", str(source), "--no-verify", "-o", str(tmp_path / "crash"))
     assert proc.returncode == 0, proc.stderr
+    missing = tmp_path / "missing.c"
+    missing.write_text("int helper(void);\nint main(void) { return helper(); }\n")
+    proc = bpq("compile", str(missing), "-o", str(tmp_path / "missing"))
+    assert proc.returncode == 1 and "(link: " in proc.stderr and "a unit or library it needs is missing" in proc.stderr
 
 
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):

@@ -355,9 +355,11 @@ class ProgramHarness(Harness):
             self.expected_status, self.expected = self._execute(reference, self.args)
         except _StageError as exc:
             self.close()
-            raise LoweringError(f"{module.name}: its -O0 reference build cannot serve as the check "
-                                f"({exc.stage}: {exc.message}); a program that waits for input or runs long "
-                                "needs arguments that make it finish (--run-args), or no check (--no-verify)") from None
+            hint = ("the program does not link: a unit or library it needs is missing" if exc.stage == "link" else
+                    "a program that crashes, waits for input or runs long needs arguments that make it finish "
+                    "(--run-args), or no check (--no-verify)")
+            raise LoweringError(f"{module.name}: its -O0 reference build cannot serve as the check; {hint} "
+                                f"({exc.stage}: {exc.message})") from None
 
     timed = True
 
