@@ -14,7 +14,6 @@ says how often the outliner was on among the programs that passed.
 """
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -34,28 +33,23 @@ def main() -> int:
 
     from tqdm import tqdm
 
+    from behavioral_pq.core.catalog import steps_pipeline
+    from behavioral_pq.core.engine import default_engine
     from behavioral_pq.core.module import load_module
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.core.target import Target
     from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, smaller_codegen, text_size
-    from behavioral_pq.corpus.inputs import from_compile_commands, load_bitcode
-    from behavioral_pq.corpus.programs import Unit, symbols, whole_programs
+    from behavioral_pq.corpus.programs import compile_units, whole_programs
     from behavioral_pq.errors import BPQError
     from behavioral_pq.lowering.backends import LlcBackend, lower
+    from behavioral_pq.tasks.guidance import Trials
+    from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS
 
     target = Target.module_cpus()
+    engine = default_engine()
     work = []
     for database in args.databases:
-        units, bitcode = [], {}
-        for item in from_compile_commands(database):
-            try:
-                data = load_bitcode(item)
-                defined, used = symbols(data)
-            except BPQError:
-                continue
-            sha = hashlib.sha256(data).hexdigest()
-            bitcode[sha] = data
-            units.append(Unit(sha, item.sources[0], defined, used))
+        units, bitcode = compile_units(database)
         project = Path(database).resolve().parent.name
         seen = set()
         for program in whole_programs(units):
@@ -76,9 +70,9 @@ def main() -> int:
                 continue
             built = load_module(internalize_bitcode(module.bitcode), name=program.name) if args.whole_program \
                 else module
-            candidates = [optimize(built, level, target=target) for level in ("Oz", "Os")]
-            sizes = [text_size(c.bitcode) for c in candidates]
-            optimized = candidates[sizes.index(min(sizes))]
+            trials = Trials(built, engine, 1, objective="text-size", target=target)   # as bpq compile does
+            trials.run([SIZE_SEEDS], "-Os")
+            optimized = optimize(built, steps_pipeline(trials.best()[0]), target=target)
             outline = args.outline == "on"
             if args.outline == "auto":
                 outline, row["text"], row["text_plain"] = smaller_codegen(optimized.bitcode)

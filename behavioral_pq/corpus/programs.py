@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+from behavioral_pq.artifacts import write_bytes_atomic
 from behavioral_pq.core.module import load_module
 from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
 from behavioral_pq.corpus.buckets import project_origin
@@ -133,12 +134,9 @@ def write_data_unit(store: os.PathLike, sha256: str, bitcode: bytes) -> None:
     if not _SHA256.fullmatch(sha256) or hashlib.sha256(bitcode).hexdigest() != sha256:
         raise CorpusError(f"data unit {sha256[:70]!r}: not the sha256 of its bitcode")
     path = Path(store) / DATA_UNITS / f"{sha256}.bc"
-    if path.is_file():
-        return
-    path.parent.mkdir(exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(bitcode)
-    os.replace(tmp, path)
+    if not path.is_file():
+        path.parent.mkdir(exist_ok=True)
+        write_bytes_atomic(path, bitcode)
 
 
 def _data_unit(store: os.PathLike, sha256: Optional[str]) -> Optional[bytes]:
@@ -163,7 +161,7 @@ def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[st
     origin = project_origin(project)
     first_source: Dict[str, str] = {}
     groups = set()
-    data: Dict[str, bytes] = {}
+    data_units: Dict[str, bytes] = {}
     inputs = corpus.read("inputs", ["sha256", "origin", "group", "status", "sources", "error"])
     for sha, row_origin, group, status, sources, error in zip(*(c.to_pylist() for c in inputs.columns)):
         if row_origin != origin or len(sources) != 1:
@@ -172,7 +170,7 @@ def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[st
             kept = _data_unit(store, sha) if (error or "").endswith(NO_CODE) else None
             if kept is None:
                 continue
-            data[sha] = kept
+            data_units[sha] = kept
         groups.add(group)
         if sha not in first_source or sources[0] < first_source[sha]:
             first_source[sha] = sources[0]
@@ -182,8 +180,8 @@ def project_units(store: os.PathLike, project: str) -> Tuple[List[Unit], Dict[st
     if len(groups) != 1:
         raise CorpusError(f"{store}: the units of project {project!r} are in {len(groups)} split groups "
                           "(built with --group-regex); a whole program needs one")
-    bitcode: Dict[str, bytes] = dict(data)
-    sizes: Dict[str, int] = dict.fromkeys(data, 0)
+    bitcode: Dict[str, bytes] = dict(data_units)
+    sizes: Dict[str, int] = dict.fromkeys(data_units, 0)
     for batch in corpus.iter_batches("modules", ["sha256", "bitcode", "instruction_count"], batch_size=256):
         for sha, data, size in zip(*(c.to_pylist() for c in batch.columns)):
             if sha in first_source:
@@ -217,26 +215,17 @@ def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathL
         for unit in program.units:
             path = folder / f"{unit.sha256}.bc"
             if not path.is_file() or path.stat().st_size != len(bitcode[unit.sha256]):
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_bytes(bitcode[unit.sha256])
-                os.replace(tmp, path)
+                write_bytes_atomic(path, bitcode[unit.sha256])
             paths.append(path)
         items.append(make_item(paths, language=None, flags=(), cwd=None, origin=project_origin(project),
                                group=group))
     return items, programs
 
 
-def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Sequence[str] = (),
-                                  allow_plugins: bool = False):
-    """One whole program of a ``compile_commands.json`` as a module: the unit that defines ``main`` in the file
-    ``program`` (a path, or a file name or stem such as ``minigzip``) with the units it needs, found as
-    :func:`whole_programs` finds them (every unit is compiled with its recorded flags plus ``flags``; units that
-    do not compile are left out, and the link then names what they would have defined).
-
-    Raises:
-        ValueError: no unit defines ``main`` in such a file (the message lists the programs there are).
-        CompileError: the chosen units do not link.
-    """
+def compile_units(path: os.PathLike, *, flags: Sequence[str] = (), allow_plugins: bool = False
+                  ) -> Tuple[List[Unit], Dict[str, bytes]]:
+    """Every unit of a ``compile_commands.json`` compiled with its recorded flags plus ``flags``, with its symbols,
+    and the bitcode by hash (what :func:`whole_programs` takes). Units that do not compile are left out, logged."""
     units, bitcode = [], {}
     for item in from_compile_commands(path, allow_plugins=allow_plugins):
         try:
@@ -248,6 +237,21 @@ def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Seq
         sha = hashlib.sha256(data).hexdigest()
         bitcode[sha] = data
         units.append(Unit(sha, item.sources[0], defined, used))
+    return units, bitcode
+
+
+def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Sequence[str] = (),
+                                  allow_plugins: bool = False):
+    """One whole program of a ``compile_commands.json`` as a module: the unit that defines ``main`` in the file
+    ``program`` (a path, or a file name or stem such as ``minigzip``) with the units it needs, found as
+    :func:`whole_programs` finds them (units as :func:`compile_units` gives them; one that does not compile is
+    left out, and the link then names what it would have defined).
+
+    Raises:
+        ValueError: no unit defines ``main`` in such a file (the message lists the programs there are).
+        CompileError: the chosen units do not link.
+    """
+    units, bitcode = compile_units(path, flags=flags, allow_plugins=allow_plugins)
     programs = whole_programs(units)
     wanted = Path(program)
     chosen = [p for p in programs if program in (p.name, Path(p.units[0].source).name)
@@ -260,5 +264,5 @@ def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Seq
     return load_module(module, name=f"{found.name} ({len(found.units)} units)")
 
 
-__all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "program_from_compile_commands", "program_items", "project_units", "symbols", "whole_programs",
-           "write_data_unit"]
+__all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "compile_units", "program_from_compile_commands",
+           "program_items", "project_units", "symbols", "whole_programs", "write_data_unit"]
