@@ -133,9 +133,17 @@ def _is_source(name: str) -> bool:
 
 # Flags of a recorded build that do not belong in IR generation: output, dependency files, optimization and
 # debug levels (ours replace them), and things that would make clang do something other than emit one module.
-_DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-Xclang-dep", "--serialize-diagnostics"}
+_DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-Xclang-dep", "--serialize-diagnostics", "-Xlinker", "-L", "-l"}
 _DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-emit-llvm", "-pipe", "-g", "-flto", "-Werror"}
 _DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-save-temps")
+# A command that compiles and links in one step (``cc -o tool tool.c libutil.a -lm``, as Make rules often do and
+# Bear records) also names the link's inputs; with ``-x c`` in front of them clang would compile those too.
+_LINKER_INPUT = re.compile(r"\.(a|o|lo|la|obj|so|dylib)(\.[0-9.]+)?$")
+_LINKER_ONLY_PREFIX = ("-l", "-L", "-fuse-ld=")
+_LINKER_ONLY_EXACT = {"-shared", "-static", "-rdynamic", "-pie", "-no-pie", "-nostdlib", "-nodefaultlibs"}
+# Jobs the clang driver runs itself, recorded by tools that watch every process (Bear): the driver's own
+# command for the same source is in the database too.
+_FRONTEND_JOBS = {"-cc1", "-cc1as"}
 
 
 # Flags that make clang load or run other code: a third-party compile_commands.json is refused when it has them,
@@ -158,7 +166,8 @@ def code_loading_flags(arguments: Sequence[str]) -> List[str]:
 
 def _clean_arguments(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> Tuple[str, ...]:
     """The flags of a recorded command without the compiler, the source file (however it is spelled: ``a.c``,
-    ``./src/a.c`` or absolute) and the flags that ours replace."""
+    ``./src/a.c`` or absolute), the flags that ours replace and, for a command that also links, the link's inputs
+    and linker-only flags."""
     source = (directory / file if directory is not None and not Path(file).is_absolute() else Path(file))
     source = os.path.normpath(str(source))
 
@@ -180,6 +189,9 @@ def _clean_arguments(arguments: Sequence[str], file: str, directory: Optional[Pa
             continue
         if arg in _DROP_EXACT or arg.startswith(_DROP_PREFIX) or is_source(arg) or arg.startswith("-o"):
             continue
+        if arg in _LINKER_ONLY_EXACT or arg.startswith(_LINKER_ONLY_PREFIX) \
+                or (not arg.startswith("-") and _LINKER_INPUT.search(arg)):
+            continue
         kept.append(arg)
     return tuple(kept)
 
@@ -190,7 +202,9 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
     it).
 
     Each unit keeps its own flags (defines, includes, language standard) and runs in its own directory; the
-    output, dependency, optimization and debug flags of the recorded command are dropped for ours.
+    output, dependency, optimization and debug flags of the recorded command are dropped for ours. A command that
+    compiles and links in one step loses its link inputs (``libutil.a``, ``-lm``); clang's own frontend jobs
+    (``clang -cc1 ...``, which Bear records next to the driver's command) are skipped.
 
     Args:
         project: the units are one real program: origin ``project:NAME`` (a *real* program for the reports,
@@ -225,6 +239,8 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
             if "command" not in entry:
                 raise ValueError(f"{path}: entry {i} has neither 'arguments' nor 'command'")
             arguments = shlex.split(entry["command"])  # splitting only; no shell ever runs
+        if len(arguments) > 1 and arguments[1] in _FRONTEND_JOBS:
+            continue
         directory = Path(entry["directory"])
         file = Path(entry["file"])
         source = file if file.is_absolute() else directory / file
