@@ -556,6 +556,22 @@ def test_cli_compile_says_when_the_reference_build_cannot_check_the_program(tmp_
     assert proc.returncode == 1 and "(link: " in proc.stderr and "a unit or library it needs is missing" in proc.stderr
 
 
+def test_cli_compile_passes_flags_to_the_checked_program(tmp_path):
+    """A program that crashes unless it gets "-n 3 -q": the flags reach both builds through --run-args, as one
+    quoted value split like a shell would, or as --run-args=FLAG."""
+    source = tmp_path / "flags.c"
+    source.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n'
+                      'int main(int argc, char **argv) {\n'
+                      '  if (argc != 4 || strcmp(argv[1], "-n") || strcmp(argv[3], "-q")) abort();\n'
+                      '  printf("%d\\n", atoi(argv[2]) * 7); return 0; }\n')
+    proc = bpq("compile", str(source), "--run-args", "-n 3", "--run-args=-q", "-o", str(tmp_path / "flags"))
+    assert proc.returncode == 0, proc.stderr
+    assert "verification: ok" in proc.stdout
+    assert subprocess.run([str(tmp_path / "flags"), "-n", "3", "-q"], capture_output=True, text=True).stdout == "21\n"
+    proc = bpq("compile", str(source), "--run-args", "-n 3", "-o", str(tmp_path / "flags"))
+    assert proc.returncode == 1 and "its -O0 reference build cannot serve as the check" in proc.stderr
+
+
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import textwrap
 import time
 from pathlib import Path
@@ -116,6 +117,11 @@ def _lowering_json(lowering) -> dict:
                         for a in lowering.attempts], "seconds": round(lowering.seconds, 3)}
 
 
+def run_arguments(args) -> list:
+    """The program's arguments from ``--run-args``: each value already split (``type=shlex.split``), joined."""
+    return [word for value in args.run_args for word in value]
+
+
 def cmd_lower(args) -> int:
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.errors import ToolError
@@ -187,7 +193,7 @@ def cmd_compile(args) -> int:
         print("   whole program: every definition but main made internal (as LTO does for an executable)")
     if args.objective == "speed":
         backend = SpeedBackend(runs=args.runs)
-        with harness_for(module, args=args.run_args, max_assembly_bytes=None) as harness:
+        with harness_for(module, args=run_arguments(args), max_assembly_bytes=None) as harness:
             lowering = backend.lower(module, harness if not args.no_verify else None)
         for label, median, stage in backend.last.tried:
             print(f"2. build      {label}: " + (f"{median / 1e6:.2f} ms" if median is not None else stage))
@@ -226,7 +232,7 @@ def cmd_compile(args) -> int:
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
                               relocation_model=args.relocation_model, outline=outline)
                    if args.backend == "llc" else _llm_backend(args))
-        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run_args=args.run_args)
+        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run_args=run_arguments(args))
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
@@ -341,8 +347,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--no-verify", action="store_true", help="skip running the program against the unoptimized one")
-    p.add_argument("--run-args", nargs="*", default=[], metavar="ARG",
-                   help="arguments the program is checked (and, for --objective speed, timed) with")
+    p.add_argument("--run-args", nargs="*", action="extend", default=[], metavar="ARG", type=shlex.split,
+                   help="arguments the program is checked (and, for --objective speed, timed) with; each value is "
+                        "split as a shell would (no shell runs), so flags go in one quoted value: "
+                        "--run-args '-l /usr/include' (repeatable)")
     p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
     p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",
                    help="llc relocation model (default pic: the distribution's clang links PIE)")
