@@ -13,7 +13,9 @@ all rows are scored on the split's labelled modules as built that have spectra f
 - oz-benefit: mean absolute error in points of ``(IC0 - IC_Oz) / IC0``.
 - with ``--states DIR`` (``bpq corpus states``), best-pass predictors are also scored on the split's intermediate
   states (best next pass, Top-1), by program kind; only those whose encoder has the states' probe set.
-- prior: the train split's most frequent class, and its mean -Oz benefit (the constant baselines).
+- prior: the train split's most frequent class, and its mean -Oz benefit (the constant baselines). With
+  ``--prior hindsight`` the scored split's own most frequent class and mean instead: the best constant in
+  hindsight, at least as good as any constant a train split could give (for a store of held-out projects only).
 
 Writes ``predictors-SPLIT.json`` and prints Markdown tables.
 """
@@ -48,6 +50,8 @@ def main() -> int:
     parser.add_argument("--encoder", action="append", default=[], metavar="NAME=CHECKPOINT",
                         help="the encoder the predictors named NAME sit on (default: the shipped one)")
     parser.add_argument("--states", metavar="DIR", help="state folder: also score best next pass on its states")
+    parser.add_argument("--prior", choices=("train", "hindsight"), default="train",
+                        help="the constant baselines from the train split, or from the scored split itself")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -88,10 +92,15 @@ def main() -> int:
     kind_of = Corpus(args.store).program_kinds()
     masks = slices([kind_of.get(g, "small") for g in test.groups], test.instruction_count)
 
-    prior_next = class_frequencies(train.next_pass_sets(), NUM_CLASSES)
-    prior_task1 = class_frequencies(train.best_pass_sets(), 124)
+    constants = train if args.prior == "train" else test
+    if not len(constants):
+        print(f"{args.store}: no labelled train modules for the prior (--prior hindsight takes the constants from "
+              f"the {args.split} split itself)", file=sys.stderr)
+        return 2
+    prior_next = class_frequencies(constants.next_pass_sets(), NUM_CLASSES)
+    prior_task1 = class_frequencies(constants.best_pass_sets(), 124)
     rows = {"prior": {"next": np.tile(prior_next, (len(test), 1)), "task1": np.tile(prior_task1, (len(test), 1)),
-                      "oz": np.full(len(test), float(train.oz_benefit().mean()))}}
+                      "oz": np.full(len(test), float(constants.oz_benefit().mean()))}}
 
     def load(name, path, kind):
         return load_predictor(path, kind=kind, encoder=encoders.get(name, shipped))
@@ -105,6 +114,7 @@ def main() -> int:
         rows.setdefault(name, {})["oz"] = predictor.predict_embeddings(embedded(predictor.encoder))
 
     result = {"store": str(Path(args.store).resolve()), "split": args.split, "train_items": len(train),
+              "prior": args.prior,
               "probe_sets": [ps.name for ps in probe_sets.values()],
               "encoders": {name: str(e.path) for name, e in encoders.items()}, "slices": {}}
     for slice_name, mask in masks.items():
