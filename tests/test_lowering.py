@@ -164,6 +164,10 @@ def test_static_cost_and_runtime_against_clang_o3():
         t_slow, t_fast = harness.timing(slow, runs=3), harness.timing(fast, runs=3)
         assert len(t_slow.samples) == 3 and is_faster(t_fast, t_slow)
         assert harness.baseline_timing(runs=3).median_ns > 0
+        mine, baselines = harness.compare_timings(slow, runs=3, levels=("O3", "O2"))
+        assert len(mine.samples) == 3 and set(baselines) == {"O3", "O2"}
+        assert all(len(t.samples) == 3 for t in baselines.values())
+        assert is_faster(baselines["O3"], mine) and is_faster(baselines["O2"], mine)   # -O0 code against clang's
     assert not is_faster(Timing((100.0,)), Timing((103.0,)), margin=0.05)
     assert is_faster(Timing((90.0,)), Timing((100.0,)), margin=0.05)
 

@@ -80,7 +80,8 @@ def test_speed_objective_times_each_checked_build_and_keeps_the_fastest():
         lowering = backend.lower(task.module(), harness)
     assert lowering.verdict.ok
     tried = backend.last.tried
-    assert [label for label, _, _ in tried] == [c.label for c in SPEED_CANDIDATES]
+    assert sorted(label for label, _, _ in tried) == sorted(c.label for c in SPEED_CANDIDATES)
+    assert "module CPU, fp-contract=on, -O2" in {c.label for c in SPEED_CANDIDATES}   # clang -O2's own build
     times = {label: median for label, median, stage in tried if stage == "ok"}
     assert len(times) == len(SPEED_CANDIDATES)
     assert times[backend.last.chosen.label] == min(times.values())

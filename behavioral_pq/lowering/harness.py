@@ -316,6 +316,25 @@ class TaskHarness(Harness):
             found = self._baselines[level] = self._time(binary, runs)
         return found
 
+    def compare_timings(self, assembly: str, runs: int = 5, levels: Sequence[str] = ("O3", "O2")
+                        ) -> Tuple[Timing, Dict[str, Timing]]:
+        """Runtime of the assembly's build and of ``clang-19 -<level>`` of the C source for each of ``levels``,
+        interleaved: every round runs each build once, so a machine that speeds up or slows down during the
+        measurement moves all of them alike and their ratio stays. Returns (the assembly's, {level: baseline's})."""
+        if not self.timed:
+            raise NotImplementedError(f"task {self.task.name} is a {self.task.kind}, not timed")
+        try:
+            binaries = {None: self._build(assembly)}
+        except _StageError as exc:
+            raise ToolError(f"{self.task.name}: cannot time assembly that fails to build: {exc.message}") from None
+        for level in levels:
+            binaries[level] = self._link([self.driver, self._compile_c(self.task.source, [f"-{level}"])])
+        samples: Dict[Optional[str], List[float]] = {key: [] for key in binaries}
+        for _ in range(runs):
+            for key, binary in binaries.items():
+                samples[key] += self._time(binary, 1).samples
+        return Timing(tuple(samples.pop(None))), {level: Timing(tuple(v)) for level, v in samples.items()}
+
     def baseline_assembly(self) -> str:
         """``clang-19 -O3 -S`` of the task's C source: what llvm-mca costs the baseline on."""
         return run_tool([find_tool("clang"), "-O3", "-S", "-o", "-", str(self.task.source)],
