@@ -232,7 +232,8 @@ def cmd_compile(args) -> int:
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
                               relocation_model=args.relocation_model, outline=outline)
                    if args.backend == "llc" else _llm_backend(args))
-        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run_args=run_arguments(args))
+        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original,
+                         run_args=run_arguments(args))
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
