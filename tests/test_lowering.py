@@ -576,6 +576,22 @@ def test_cli_compile_passes_flags_to_the_checked_program(tmp_path):
     assert proc.returncode == 1 and "its -O0 reference build cannot serve as the check" in proc.stderr
 
 
+def test_every_checked_run_starts_in_an_empty_folder(tmp_path):
+    """A program that lists its working folder and creates a file there, failing if the file exists: the
+    reference and the build must see the same empty folder, not the builds beside them or the last run's file."""
+    source = tmp_path / "cwd.c"
+    source.write_text('#include <dirent.h>\n#include <fcntl.h>\n#include <stdio.h>\n#include <stdlib.h>\n'
+                      'int main(void) {\n'
+                      '  int fd = open("marker", O_CREAT | O_EXCL | O_WRONLY, 0600);\n'
+                      '  if (fd < 0) abort();\n'
+                      '  DIR *d = opendir("."); struct dirent *e; int n = 0;\n'
+                      '  while ((e = readdir(d))) if (e->d_name[0] != \'.\') { printf("%s\\n", e->d_name); n++; }\n'
+                      '  return n; }\n')
+    proc = bpq("compile", str(source), "-o", str(tmp_path / "cwd"))
+    assert proc.returncode == 0, proc.stderr
+    assert "verification: ok" in proc.stdout
+
+
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""

@@ -220,6 +220,11 @@ def test_sandbox_limits_and_refusal_without_bubblewrap(tmp_path, monkeypatch):
     assert b"No such file" in done.stderr                       # /etc/passwd is not there to read
     slow = box.run(["/bin/sh", "-c", "sleep 30"], timeout=1)
     assert slow.timed_out and slow.seconds < 5
+    (tmp_path / "run").mkdir()
+    inside = box.run(["/bin/sh", "-c", "pwd"], timeout=10, cwd=tmp_path / "run")
+    assert inside.stdout.decode().strip() == str((tmp_path / "run").resolve())
+    with pytest.raises(ValueError, match="runs inside"):                # a working folder outside the work folder
+        box.run(["/bin/true"], timeout=5, cwd=tmp_path.parent)
     import behavioral_pq.lowering.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "bubblewrap", lambda: None)

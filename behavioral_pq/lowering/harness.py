@@ -235,9 +235,15 @@ class Harness:
         return obj
 
     def _execute(self, binary: Path, args: Sequence[str] = (), timeout: Optional[float] = None) -> Tuple[int, str]:
-        """Run a built program: (exit status, stdout); raises _StageError for a signal or a timeout."""
+        """Run a built program: (exit status, stdout); raises _StageError for a signal or a timeout.
+
+        Every run starts in a new empty folder, so the reference and a candidate see the same working folder (not
+        the builds beside them) and nothing one run leaves behind changes the next."""
         timeout = timeout or self.run_timeout
-        result = self.sandbox.run([str(binary), *args], timeout=timeout)
+        folder = self.workdir / "run"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        result = self.sandbox.run([str(binary), *args], timeout=timeout, cwd=folder)
         if result.returncode is None:
             stage, message = describe(result)
             raise _StageError(stage, self._clean(message))

@@ -119,8 +119,15 @@ class Sandbox:
     def isolated(self) -> bool:
         return bubblewrap() is not None
 
-    def command(self, argv: Sequence[str]) -> List[str]:
-        """The command line that runs ``argv`` in the sandbox."""
+    def _folder(self, cwd: Optional[os.PathLike]) -> Path:
+        folder = self.workdir if cwd is None else Path(cwd).resolve()
+        if folder != self.workdir and self.workdir not in folder.parents:
+            raise ValueError(f"{folder}: a sandboxed command runs inside {self.workdir}")
+        return folder
+
+    def command(self, argv: Sequence[str], cwd: Optional[os.PathLike] = None) -> List[str]:
+        """The command line that runs ``argv`` in the sandbox (in ``cwd``, a folder inside the work folder;
+        default the work folder itself)."""
         bwrap = bubblewrap()
         if bwrap is None:
             if not self.unsafe:
@@ -131,7 +138,7 @@ class Sandbox:
             return [str(a) for a in argv]
         return [bwrap, *_mounts(self.workdir), "--unshare-all", "--die-with-parent", "--new-session",
                 "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
-                "--chdir", str(self.workdir), "--", *map(str, argv)]
+                "--chdir", str(self._folder(cwd)), "--", *map(str, argv)]
 
     def _limit(self) -> None:   # runs in the child between fork and exec
         os.setsid()
@@ -141,15 +148,16 @@ class Sandbox:
                             (resource.RLIMIT_NPROC, lim.processes), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(name, (value, value))
 
-    def run(self, argv: Sequence[str], *, timeout: float, stdin: Optional[bytes] = None) -> Result:
-        """Run ``argv`` in the sandbox within ``timeout`` seconds of wall time."""
-        command = self.command(argv)
+    def run(self, argv: Sequence[str], *, timeout: float, stdin: Optional[bytes] = None,
+            cwd: Optional[os.PathLike] = None) -> Result:
+        """Run ``argv`` in the sandbox within ``timeout`` seconds of wall time (in ``cwd``: see :meth:`command`)."""
+        command = self.command(argv, cwd)
         out_path, err_path = self.workdir / ".sandbox-stdout", self.workdir / ".sandbox-stderr"
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(command, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                    stdout=out, stderr=err, cwd=self.workdir, env=env, preexec_fn=self._limit,
+                                    stdout=out, stderr=err, cwd=self._folder(cwd), env=env, preexec_fn=self._limit,
                                     close_fds=True)
             timed_out = False
             try:
