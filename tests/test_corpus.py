@@ -29,8 +29,9 @@ from behavioral_pq.corpus import (
     split_corpus,
 )
 from behavioral_pq.corpus.build import JobOptions, spectra_task
+from behavioral_pq.corpus.inputs import load_bitcode
 from behavioral_pq.embedding.probes import random_probes
-from behavioral_pq.errors import CorpusError
+from behavioral_pq.errors import CompileError, CorpusError
 
 
 def tiny_programs(directory: Path, count: int) -> Path:
@@ -187,6 +188,10 @@ def test_compile_commands_of_a_make_rule_that_compiles_and_links(tmp_path):
     summary = build_corpus(items, tmp_path / "s", workers=1, labels=False)
     assert summary.failures == {} and summary.new_modules == 1
     assert "call i32 @helper(i32 noundef 4)" in next(Corpus(tmp_path / "s").iter_modules()).text()
+    (project / "fast.S").write_text(".globl fast\nfast:\n  ret\n")      # a hand-written assembly unit
+    db.write_text(json.dumps([{"directory": str(project), "file": "fast.S", "arguments": ["cc", "-c", "fast.S"]}]))
+    with pytest.raises(CompileError, match="an assembly source has no LLVM IR"):
+        load_bitcode(next(from_compile_commands(db, project="p")))
 
 
 def test_a_generated_source_the_build_did_not_make_fails_alone(tmp_path):

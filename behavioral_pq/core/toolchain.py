@@ -70,6 +70,8 @@ def compile_to_bitcode(source: Path, *, language: Optional[str] = None, flags: S
 
     ``cwd`` is the directory clang runs in (relative ``-I`` paths of a recorded build resolve against it)."""
     language = language or language_of(source)
+    if language is None and source.suffix in (".s", ".S", ".asm", ".sx"):
+        raise CompileError(f"{source}: an assembly source has no LLVM IR (only C and C++ units become modules)")
     if language is None:
         raise CompileError(f"{source}: cannot tell the language from the suffix; pass language='c' or 'c++'")
     argv = [find_tool("clang"), "-x", language, *CLANG_IR_FLAGS, *flags, "-c", str(source), "-o", "-"]
