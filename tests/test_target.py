@@ -87,6 +87,17 @@ def test_speed_objective_times_each_checked_build_and_keeps_the_fastest():
     assert times[backend.last.chosen.label] == min(times.values())
 
 
+def test_lowering_report_says_which_build_the_speed_objective_chose():
+    from behavioral_pq.lowering.speed import SPEED_CANDIDATES, SpeedBackend
+    from behavioral_pq.lowering.tasks import load_tasks
+    from behavioral_pq.reports import lowering as ev
+
+    task = next(t for t in load_tasks("kernels") if t.name == "saxpy")
+    outcome, = ev.evaluate_backend([task], SpeedBackend(runs=1), pipeline=None, measure=False)
+    assert outcome.ok and outcome.build in {c.label for c in SPEED_CANDIDATES}
+    assert ev.summarize([outcome])["builds"] == {outcome.build: 1}
+
+
 def test_cli_compile_speed_objective_builds_a_checked_program(tmp_path, capsys):
     source = tmp_path / "prog.c"
     source.write_text(LOOP + """

@@ -15,6 +15,7 @@ import platform
 import re
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -54,6 +55,7 @@ class TaskOutcome:
     faster: Optional[bool] = None
     seconds: float = 0.0
     optimized: bool = False
+    build: Optional[str] = None     # the speed objective's chosen build (SpeedCandidate.label)
 
     @property
     def speedup(self) -> Optional[float]:
@@ -93,7 +95,8 @@ def _evaluate_one(task, backend, pipeline, timing_runs, margin, measure, start) 
             lowering = backend.lower(module, harness)
             assembly, rounds, optimized, stage = lowering.assembly, 1, False, lowering.verdict.stage
         ok = stage == "ok"
-        outcome = TaskOutcome(task.name, task.kind, ok, stage, rounds, optimized=optimized)
+        build = backend.last.chosen.label if isinstance(backend, SpeedBackend) and backend.last else None
+        outcome = TaskOutcome(task.name, task.kind, ok, stage, rounds, optimized=optimized, build=build)
         if not (ok and measure):
             return dataclasses.replace(outcome, seconds=time.monotonic() - start)
         try:
@@ -125,6 +128,7 @@ def summarize(outcomes: Sequence[TaskOutcome]) -> Dict:
         "geomean_speedup_vs_o2": _geomean(vs_o2),
         "slower_than_o2_by_5pct": sorted(o.task for o in timed if o.speedup_vs_o2 and o.speedup_vs_o2 < 1 / 1.05),
         "stages": {s: sum(o.stage == s for o in outcomes) for s in sorted({o.stage for o in outcomes})},
+        "builds": dict(Counter(o.build for o in timed if o.build).most_common()),
     }
 
 
@@ -431,8 +435,8 @@ def render_markdown(report: Dict, outcomes: Dict[str, List[TaskOutcome]]) -> str
              f"{meta['version']}). Task sets: {meta['tasks']}.", "",
              "ACC is the share of tasks whose assembly passes the task's tests; ACC+Perf the share of kernels whose "
              f"assembly passes and runs faster than `clang-19 -O3` of the same C source by more than "
-             f"{meta['margin']:.0%} (median of {meta['timing_runs']} process runs, each the fastest of the driver's "
-             "repetitions). mca ratio: llvm-mca-19 cycles (skylake model) over those of clang -O3's assembly; "
+             f"{meta['margin']:.0%} (median of {meta['timing_runs']} rounds, each running the candidate and clang's "
+             "-O3 and -O2 builds once, interleaved; each run the fastest of the driver's repetitions). mca ratio: llvm-mca-19 cycles (skylake model) over those of clang -O3's assembly; "
              "speedup: clang -O3 time over the candidate's; both geometric means. llvm-mca reads the whole listing "
              "as one straight-line block, so its cycles measure the size and throughput of the code as written, "
              "not time per loop iteration: vectorized, unrolled code scores worse there while running faster.", "",
@@ -447,6 +451,10 @@ def render_markdown(report: Dict, outcomes: Dict[str, List[TaskOutcome]]) -> str
                      f"{_fmt(summary['geomean_mca_ratio_vs_o3'])} | {_fmt(summary['geomean_speedup_vs_o3'])} | "
                      f"{_fmt(summary.get('geomean_speedup_vs_o2'))} | "
                      f"{(', '.join(slow) or 'none') if slow is not None else '-'} |")
+    for config, summary in report["backends"].items():
+        if summary.get("builds"):
+            lines += ["", f"Builds `{config.split(':')[0]}` chose for the kernels: "
+                      + ", ".join(f"{label} {n}" for label, n in summary["builds"].items()) + "."]
     first = next(iter(outcomes))
     lines += ["", f"Kernels under `{first}`:", "", "| kernel | ok | time (us) | clang -O3 (us) | speedup | mca cycles | "
               "clang -O3 mca |", "|---|---|---:|---:|---:|---:|---:|"]
