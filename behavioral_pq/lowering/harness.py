@@ -181,7 +181,27 @@ class Harness:
         return self._check_binary(binary)
 
     def timing(self, assembly: str, runs: int = 5) -> Timing:
-        """Runtime of the assembly's build at the benchmark size (``runs`` process runs). Kernels only."""
+        """Runtime of the assembly's build at the benchmark size (``runs`` process runs)."""
+        return self.timings([assembly], runs)[0]
+
+    def timings(self, assemblies: Sequence[str], runs: int = 5) -> List[Timing]:
+        """Runtimes of several builds, each built once and timed interleaved: every round runs each build once,
+        so a machine that speeds up or slows down during the measurement moves them all alike."""
+        return self._interleave([self._timing_binary(a) for a in assemblies], runs)
+
+    def _interleave(self, binaries: Sequence[Path], runs: int) -> List[Timing]:
+        samples: List[List[float]] = [[] for _ in binaries]
+        for _ in range(runs):
+            for k, binary in enumerate(binaries):
+                samples[k].append(self._sample(binary))
+        return [Timing(tuple(s)) for s in samples]
+
+    def _timing_binary(self, assembly: str) -> Path:
+        """The assembly's build, ready to time (a subclass with a timing driver says how)."""
+        raise NotImplementedError(f"{type(self).__name__} has no timing driver")
+
+    def _sample(self, binary: Path) -> float:
+        """One timed run of a built binary, in ns."""
         raise NotImplementedError(f"{type(self).__name__} has no timing driver")
 
     def close(self) -> None:
@@ -305,60 +325,49 @@ class TaskHarness(Harness):
             return Verdict("wrong-output", difference)
         return Verdict("ok")
 
-    def timing(self, assembly: str, runs: int = 5) -> Timing:
+    def _timing_binary(self, assembly: str) -> Path:
         if not self.timed:
             raise NotImplementedError(f"task {self.task.name} is a {self.task.kind}, not timed")
         try:
-            binary = self._build(assembly)
+            return self._build(assembly)
         except _StageError as exc:
             raise ToolError(f"{self.task.name}: cannot time assembly that fails to build: {exc.message}") from None
-        return self._time(binary, runs)
+
+    def _baseline_binary(self, level: str) -> Path:
+        return self._link([self.driver, self._compile_c(self.task.source, [f"-{level}"])])
 
     def baseline_timing(self, runs: int = 5, level: str = "O3") -> Timing:
         """Runtime of the C source built by ``clang-19 -<level>`` with the same driver (cached per level)."""
         found = self._baselines.get(level)
         if found is None or len(found.samples) != runs:
-            binary = self._link([self.driver, self._compile_c(self.task.source, [f"-{level}"])])
-            found = self._baselines[level] = self._time(binary, runs)
+            found = self._baselines[level] = self._interleave([self._baseline_binary(level)], runs)[0]
         return found
 
     def compare_timings(self, assembly: str, runs: int = 5, levels: Sequence[str] = ("O3", "O2")
                         ) -> Tuple[Timing, Dict[str, Timing]]:
         """Runtime of the assembly's build and of ``clang-19 -<level>`` of the C source for each of ``levels``,
-        interleaved: every round runs each build once, so a machine that speeds up or slows down during the
-        measurement moves all of them alike and their ratio stays. Returns (the assembly's, {level: baseline's})."""
-        if not self.timed:
-            raise NotImplementedError(f"task {self.task.name} is a {self.task.kind}, not timed")
-        try:
-            binaries = {None: self._build(assembly)}
-        except _StageError as exc:
-            raise ToolError(f"{self.task.name}: cannot time assembly that fails to build: {exc.message}") from None
-        for level in levels:
-            binaries[level] = self._link([self.driver, self._compile_c(self.task.source, [f"-{level}"])])
-        samples: Dict[Optional[str], List[float]] = {key: [] for key in binaries}
-        for _ in range(runs):
-            for key, binary in binaries.items():
-                samples[key] += self._time(binary, 1).samples
-        return Timing(tuple(samples.pop(None))), {level: Timing(tuple(v)) for level, v in samples.items()}
+        timed interleaved (see :meth:`timings`), so their ratio survives a machine that changes speed midway.
+        Returns (the assembly's, {level: baseline's})."""
+        binaries = [self._timing_binary(assembly), *(self._baseline_binary(level) for level in levels)]
+        mine, *baselines = self._interleave(binaries, runs)
+        return mine, dict(zip(levels, baselines))
 
     def baseline_assembly(self) -> str:
         """``clang-19 -O3 -S`` of the task's C source: what llvm-mca costs the baseline on."""
         return run_tool([find_tool("clang"), "-O3", "-S", "-o", "-", str(self.task.source)],
                         timeout=self.tool_timeout).stdout.decode()
 
-    def _time(self, binary: Path, runs: int) -> Timing:
-        samples = []
-        for _ in range(runs):
-            try:
-                status, out = self._execute(binary, [str(self.task.bench_n), str(self.task.reps)],
-                                            timeout=max(self.run_timeout, TIMING_TIMEOUT))
-            except _StageError as exc:
-                raise ToolError(f"{self.task.name}: timing run failed ({exc.stage}): {exc.message}") from None
-            match = re.search(r"time_ns (\d+)", out)
-            if status != 0 or not match:
-                raise ToolError(f"{self.task.name}: timing run exited with {status}, printed {out[:200]!r}")
-            samples.append(float(match.group(1)))
-        return Timing(tuple(samples))
+    def _sample(self, binary: Path) -> float:
+        """The driver's own measurement: the fastest of its repetitions at the benchmark size, in ns."""
+        try:
+            status, out = self._execute(binary, [str(self.task.bench_n), str(self.task.reps)],
+                                        timeout=max(self.run_timeout, TIMING_TIMEOUT))
+        except _StageError as exc:
+            raise ToolError(f"{self.task.name}: timing run failed ({exc.stage}): {exc.message}") from None
+        match = re.search(r"time_ns (\d+)", out)
+        if status != 0 or not match:
+            raise ToolError(f"{self.task.name}: timing run exited with {status}, printed {out[:200]!r}")
+        return float(match.group(1))
 
 
 class ProgramHarness(Harness):
@@ -391,18 +400,17 @@ class ProgramHarness(Harness):
     def _build(self, assembly: str) -> Path:
         return self._link([self._assemble(assembly)], self.cxx)
 
-    def timing(self, assembly: str, runs: int = 5) -> Timing:
-        """Wall time of ``runs`` runs of the program (with its ``args``), in ns; the program must pass first."""
+    def _timing_binary(self, assembly: str) -> Path:
+        """The build of an assembly that passes its check (timing is wall time of the program with its ``args``)."""
         verdict = self.check(assembly)
         if not verdict.ok:
             raise ToolError(f"cannot time a build that fails its check ({verdict.stage}): {verdict.message[:200]}")
-        binary = self._build(assembly)
-        samples = []
-        for _ in range(runs):
-            start = time.perf_counter_ns()
-            self._execute(binary, self.args)
-            samples.append(float(time.perf_counter_ns() - start))
-        return Timing(tuple(samples))
+        return self._build(assembly)
+
+    def _sample(self, binary: Path) -> float:
+        start = time.perf_counter_ns()
+        self._execute(binary, self.args)
+        return float(time.perf_counter_ns() - start)
 
     def _check_binary(self, binary: Path) -> Verdict:
         try:

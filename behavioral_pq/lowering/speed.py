@@ -13,7 +13,6 @@ rounds) and keeps the fastest. A module that cannot be run (no tests, no ``main`
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
@@ -95,12 +94,9 @@ class SpeedBackend:
                 passed.append((candidate, assembly))
             else:
                 tried.append((candidate.label, None, verdict.stage))
-        samples: List[List[float]] = [[] for _ in passed]
-        for _ in range(self.runs if passed else 0):      # interleaved: one run of each build per round
-            for k, (_, assembly) in enumerate(passed):
-                samples[k] += harness.timing(assembly, 1).samples
-        for (candidate, assembly), times in zip(passed, samples):
-            median = float(statistics.median(times))
+        timings = harness.timings([assembly for _, assembly in passed], self.runs) if passed else []
+        for (candidate, assembly), timing in zip(passed, timings):
+            median = timing.median_ns
             tried.append((candidate.label, median, "ok"))
             if best is None or median < best[0]:
                 best = (median, candidate, assembly)
