@@ -29,6 +29,7 @@ from behavioral_pq.training.pretraining import (
     PretrainConfig,
     TrainingConfig,
     global_mask,
+    global_targets,
     learning_rate,
     pretrain,
     train,
@@ -277,6 +278,23 @@ def test_global_masks_split_exactly_between_processes():
     assert not torch.equal(whole, global_mask(8, 0, (8, 16, 8), 0.15))
 
 
+def test_kept_codes_are_predicted_but_stay_visible():
+    """keep_probability adds visible codes to the predicted ones (BERT's unchanged tokens); 0 changes nothing."""
+    shape = (64, 25, 14)
+    masked, predicted = global_targets(3, 0, shape, TrainingConfig())
+    assert torch.equal(masked, global_mask(3, 0, shape, 0.15)) and torch.equal(masked, predicted)
+    masked, predicted = global_targets(3, 0, shape, TrainingConfig(keep_probability=0.2))
+    assert torch.equal(masked, global_mask(3, 0, shape, 0.15))     # the input is masked as before
+    kept = predicted & ~masked
+    assert bool((predicted | ~masked).all())                        # every masked code is still predicted
+    assert abs(kept.float().mean().item() - 0.2 * 0.85) < 0.01     # a fifth of the visible codes more
+    keep = TrainingConfig(keep_probability=0.2)
+    assert torch.equal(predicted, global_targets(3, 0, shape, keep)[1])      # seeded by (seed, step) alone
+    assert not torch.equal(predicted, global_targets(4, 0, shape, keep)[1])
+    with pytest.raises(ValueError, match="keep_probability"):
+        TrainingConfig(keep_probability=1.0)
+
+
 def test_pretrain_config_files(tmp_path):
     config = PretrainConfig.load(ROOT / "pretrain" / "default.toml")
     assert config == PretrainConfig()          # the file spells out the defaults the CLI uses
@@ -284,7 +302,7 @@ def test_pretrain_config_files(tmp_path):
     assert config.model_config(25).hidden_size == 224 and config.training.quantizer_subspaces == 14
     shipped = read_checkpoint_config(default_checkpoint())    # the shipped encoder was trained with these settings
     assert config.model_config(25) == PQBertConfig.from_dict(shipped["model"])
-    later = {"pooled_weight": 0.0}                       # settings added after it was trained, at their defaults
+    later = {"pooled_weight": 0.0, "keep_probability": 0.0}   # settings added after it was trained, at defaults
     assert {k: shipped["training"].get(k, later.get(k)) for k in config.to_dict()["training"]} == \
         config.to_dict()["training"]
     paper = PretrainConfig.load(ROOT / "pretrain" / "paper-m8.toml")

@@ -68,6 +68,8 @@ class TrainingConfig:
                                            # "absolute" (ablation: h_opt - h_orig)
     quantizer_subspaces: int = 14      # M (the paper's is 8); 1 makes the quantizer k-means on whole rows (ablation)
     pooled_weight: float = 0.0         # > 0: also rebuild every code from the mean-pooled embedding (a pooled decoder)
+    keep_probability: float = 0.0      # > 0: also predict this share of the codes left visible (BERT's unchanged
+                                       # tokens), so that every position's final state keeps its own reaction
 
     def __post_init__(self):
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "shuffle_buffer", "quantizer_rows",
@@ -83,6 +85,8 @@ class TrainingConfig:
             raise ValueError(f"pooled_weight must be >= 0, got {self.pooled_weight}")
         if not 0.0 < self.mask_probability < 1.0:
             raise ValueError(f"mask_probability must be in (0, 1), got {self.mask_probability}")
+        if not 0.0 <= self.keep_probability < 1.0:
+            raise ValueError(f"keep_probability must be in [0, 1), got {self.keep_probability}")
 
 
 #: The shipped encoder's model: the small preset with 14 sub-spaces of 16-dim sub-embeddings (d_model 224).
@@ -337,6 +341,16 @@ def global_mask(step: int, seed: int, shape: tuple, probability: float):
     return torch.rand(shape, generator=generator) < probability
 
 
+def global_targets(step: int, seed: int, shape: tuple, t: TrainingConfig):
+    """The masked codes and the codes to predict of global batch ``step``: two bool (B, P, M), the same in every
+    process. The second is the first plus, with ``t.keep_probability``, codes that stay visible in the input."""
+    masked = global_mask(step, seed, shape, t.mask_probability)
+    if t.keep_probability == 0:
+        return masked, masked
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step + 7_919_000_017)
+    return masked, masked | (torch.rand(shape, generator=generator) < t.keep_probability)
+
+
 def learning_rate(step: int, t: TrainingConfig) -> float:
     """Linear warm-up to ``learning_rate`` over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of it."""
     if step < t.warmup_steps:
@@ -514,11 +528,11 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
     while step < last:
         tick = time.perf_counter()
         codes = torch.from_numpy(next(batches).astype(np.int64))                              # (b, P, M)
-        masked = global_mask(step, t.seed, (t.batch_size,) + tuple(codes.shape[1:]), t.mask_probability)
+        masked, predicted = global_targets(step, t.seed, (t.batch_size,) + tuple(codes.shape[1:]), t)
         mine = masked[dist_info.rank::dist_info.world]                                        # (b, P, M)
-        counts = masked.sum(dim=(0, 1)).to(torch.float32).to(dev)                             # (M,) global
+        counts = predicted.sum(dim=(0, 1)).to(torch.float32).to(dev)                          # (M,) global
         inputs = codes.masked_fill(mine, MASK_ID).to(dev)
-        labels = codes.masked_fill(~mine, IGNORE_INDEX).to(dev)
+        labels = codes.masked_fill(~predicted[dist_info.rank::dist_info.world], IGNORE_INDEX).to(dev)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, t)
         loss, ce, n, correct = wrapped(inputs, labels, counts)
