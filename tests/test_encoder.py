@@ -32,6 +32,7 @@ from behavioral_pq.training.pretraining import (
     global_targets,
     learning_rate,
     pretrain,
+    read_codes,
     train,
 )
 
@@ -182,9 +183,10 @@ def test_model_rejects_wrong_shapes_and_configs():
 # -- pretraining on synthetic codes ----------------------------------------------------------------------------
 
 
-def synthetic_run(path: Path, modules=512, probes=16, seed=0) -> Path:
-    """A prepared run folder with structured codes: each module draws a latent k; code[p, m] = (k + 7m) mod 256 for every probe p (probes that react alike), so a
-    masked code is predictable from the rest of the module, and not from its position alone."""
+def synthetic_run(path: Path, modules=512, probes=16, seed=0, noise=False) -> Path:
+    """A prepared run folder with structured codes: each module draws a latent k; code[p, m] = (k + 7m) mod 256
+    for every probe p (probes that react alike), so a masked code is predictable from the rest of the module, and
+    not from its position alone. ``noise``: independent random codes instead (nothing predicts a masked one)."""
     rng = np.random.default_rng(seed)
     (path / "codes").mkdir(parents=True)
     q, _ = fitted_quantizer(rows=12_000)
@@ -196,6 +198,8 @@ def synthetic_run(path: Path, modules=512, probes=16, seed=0) -> Path:
         k = rng.permutation(256)[:n] if n <= 256 else rng.integers(0, 256, size=n)   # distinct when possible
         m = np.arange(8)
         codes = np.broadcast_to((k[:, None, None] + 7 * m[None, None, :]) % 256, (n, probes, 8)).astype(np.uint8)
+        if noise:
+            codes = rng.integers(0, 256, size=(n, probes, 8), dtype=np.uint8)
         table = pa.table({"sha256": [f"{name}{i:06d}" for i in range(n)], "codes": [c.tobytes() for c in codes]})
         pq.write_table(table, path / "codes" / f"{name}.parquet", row_group_size=64)
 
@@ -230,6 +234,20 @@ def test_code_stream_is_seeded_and_splits_between_processes(tmp_path):
     assert np.array_equal(interleaved, np.concatenate(one)[:60])
     resumed = next(CodeStream(path, 0, 32).batches(20, skip=3))
     assert np.array_equal(resumed, one[3])
+
+
+def test_kept_codes_make_the_final_states_keep_their_own_code(tmp_path):
+    """On codes no context predicts, masked-LM alone never asks a visible position for its code; with
+    keep_probability the heads read it back from the final state of the same position."""
+    def own_code_accuracy(keep):
+        run = synthetic_run(tmp_path / f"keep-{keep}", modules=256, noise=True)
+        train(run, tiny_config(max_steps=400, eval_every=200, keep_probability=keep, mask_probability=0.1))
+        model = load_checkpoint(run / "encoder").model.eval()
+        codes = torch.from_numpy(read_codes(run / "codes" / "valid.parquet").astype(np.int64))   # (64, 16, 8)
+        with torch.no_grad():
+            return float((model(codes).argmax(-1) == codes).float().mean())
+    kept, masked_only = own_code_accuracy(0.5), own_code_accuracy(0.0)     # held-out modules; chance is 1/256
+    assert kept > 0.04 and kept > 5 * masked_only
 
 
 def test_learning_rate_schedule():
