@@ -335,10 +335,15 @@ class CodeStream:
 
 # -- 3. training -----------------------------------------------------------------------------------------------
 
-def global_mask(step: int, seed: int, shape: tuple, probability: float):
-    """The mask of global batch ``step``: bool (B, P, M), the same in every process."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+def global_mask(step: int, seed: int, shape: tuple, probability: float, stream: int = 0):
+    """The mask of global batch ``step``: bool (B, P, M), the same in every process. ``stream`` gives another
+    draw of the same batch (the kept codes of :func:`global_targets`)."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step + stream)
     return torch.rand(shape, generator=generator) < probability
+
+
+#: The draw of the kept codes, apart from the masks' (global_mask's ``stream``).
+KEPT_STREAM = 7_919_000_017
 
 
 def global_targets(step: int, seed: int, shape: tuple, t: TrainingConfig):
@@ -347,8 +352,7 @@ def global_targets(step: int, seed: int, shape: tuple, t: TrainingConfig):
     masked = global_mask(step, seed, shape, t.mask_probability)
     if t.keep_probability == 0:
         return masked, masked
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step + 7_919_000_017)
-    return masked, masked | (torch.rand(shape, generator=generator) < t.keep_probability)
+    return masked, masked | global_mask(step, seed, shape, t.keep_probability, KEPT_STREAM)
 
 
 def learning_rate(step: int, t: TrainingConfig) -> float:
