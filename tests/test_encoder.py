@@ -151,6 +151,31 @@ def test_pooled_decoder_loss_rebuilds_every_code_from_the_pooled_embedding():
         TrainingConfig(pooled_weight=-1.0)
 
 
+def test_value_inputs_read_the_quantizer_centroids_and_hide_masked_ones(tmp_path):
+    """A value_inputs run gives its model the quantizer's centroids (saved with the weights); the model's states
+    then depend on those values, except at masked codes, which show none."""
+    run = synthetic_run(tmp_path / "run", modules=64)
+    base = tiny_config(max_steps=5, eval_every=5)
+    train(run, PretrainConfig(model={"preset": "tiny", "value_inputs": True}, training=base.training))
+    model = load_checkpoint(run / "encoder").model.eval()
+    centroids = Quantizer.load(run / "quantizer.npz").centroids_                       # (8, 256, 7)
+    assert torch.allclose(model.centroids[:, :256], torch.from_numpy(centroids), atol=1e-2)
+    assert not model.centroids[:, MASK_ID].any()
+    codes = torch.from_numpy(read_codes(run / "codes" / "valid.parquet")[:4].astype(np.int64))   # (4, 16, 8)
+    masked = torch.full_like(codes, MASK_ID)
+    with torch.no_grad():
+        before, before_masked = model.hidden_states(codes), model.hidden_states(masked)
+        model.set_centroids(2 * centroids + 1)
+        assert not torch.allclose(model.hidden_states(codes), before, atol=1e-3)
+        assert torch.equal(model.hidden_states(masked), before_masked)
+    with pytest.raises(ValueError, match="shape"):
+        model.set_centroids(centroids[:, :10])
+    with pytest.raises(ValueError, match="reads no values"):
+        PQBert(PQBertConfig.preset("tiny")).set_centroids(centroids)
+    with pytest.raises(ValueError, match="dividing 56"):
+        PQBertConfig.preset("tiny", num_subspaces=5, sub_embedding_size=8, num_attention_heads=5, value_inputs=True)
+
+
 def test_tiny_model_overfits_a_small_batch():
     torch.manual_seed(0)
     model = PQBert(PQBertConfig.preset("tiny"))

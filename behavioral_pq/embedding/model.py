@@ -11,6 +11,11 @@ the default); ``pooling="cls"`` takes the [CLS] state instead. See the README fo
 A model with ``pooled_decoder`` also learns, during pretraining, to rebuild every code from the mean-pooled
 embedding alone (``masked_lm_loss(..., pooled_weight=...)``), which makes the pooled vector keep each probe's
 reaction; the decoder is not used to embed.
+
+A model with ``value_inputs`` also reads each code's value: the quantizer's centroids of the input codes
+(float (B, P, M x d), zero where masked) go through one linear map that is added to the sub-embeddings, so
+neighbouring codes start close instead of each table row being learned on its own. The centroids are a buffer of
+the model (:meth:`PQBert.set_centroids`), saved with its weights.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 MASK_ID = 256          # the extra id of every sub-embedding table
+SPECTRUM_DIM = 56      # values per reaction row (the Autophase features)
 IGNORE_INDEX = -100    # label of positions that are not masked (ignored by the loss)
 
 
@@ -41,6 +47,7 @@ class PQBertConfig:
     initializer_range: float = 0.02
     context_free: bool = False            # ablation: each position attends only to itself (no cross-probe context)
     pooled_decoder: bool = False          # a decoder that rebuilds every code from the mean-pooled embedding alone
+    value_inputs: bool = False            # each position also reads its codes' centroid values (a linear map)
 
     def __post_init__(self):
         for f in fields(self):
@@ -50,6 +57,8 @@ class PQBertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
+        if self.value_inputs and SPECTRUM_DIM % self.num_subspaces:
+            raise ValueError(f"value_inputs needs num_subspaces dividing {SPECTRUM_DIM}, got {self.num_subspaces}")
         if not 0.0 <= self.hidden_dropout_prob < 1.0:
             raise ValueError(f"hidden_dropout_prob must be in [0, 1), got {self.hidden_dropout_prob}")
 
@@ -103,8 +112,24 @@ class PQBert(nn.Module):
             self.decoder_positions = nn.Embedding(c.num_probes, c.hidden_size)
             self.decoder = nn.Sequential(nn.Linear(c.hidden_size, c.hidden_size), nn.GELU(),
                                          nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps))
+        if c.value_inputs:          # row MASK_ID stays zero: a masked code shows no value
+            self.register_buffer("centroids", torch.zeros(c.num_subspaces, c.codebook_size + 1,
+                                                          SPECTRUM_DIM // c.num_subspaces))
+            self.value_projection = nn.Linear(SPECTRUM_DIM, c.hidden_size)
         self.apply(self._init_weights)
         nn.init.normal_(self.cls_embedding, std=c.initializer_range)
+
+    def set_centroids(self, centroids) -> None:
+        """Give a ``value_inputs`` model its quantizer's centroids, float (M, 256, 56 / M)."""
+        if not self.config.value_inputs:
+            raise ValueError("this model reads no values (PQBertConfig.value_inputs)")
+        centroids = torch.as_tensor(centroids, dtype=self.centroids.dtype)
+        expected = (self.config.num_subspaces, self.config.codebook_size, self.centroids.shape[2])
+        if tuple(centroids.shape) != expected:
+            raise ValueError(f"centroids must have shape {expected}, got {tuple(centroids.shape)}")
+        with torch.no_grad():
+            self.centroids.zero_()
+            self.centroids[:, :-1] = centroids
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -119,6 +144,9 @@ class PQBert(nn.Module):
             raise ValueError(f"codes must have shape (B, {c.num_probes}, {c.num_subspaces}), got {tuple(codes.shape)}")
         B = codes.shape[0]
         x = torch.cat([table(codes[:, :, m]) for m, table in enumerate(self.sub_embeddings)], dim=-1)  # (B, P, H)
+        if c.value_inputs:
+            values = torch.cat([self.centroids[m][codes[:, :, m]] for m in range(c.num_subspaces)], -1)  # (B, P, 56)
+            x = x + self.value_projection(values)                                                       # (B, P, H)
         x = torch.cat([self.cls_embedding.expand(B, 1, -1), x], dim=1)                                  # (B, P+1, H)
         x = x + self.position_embeddings.weight                                                         # (B, P+1, H)
         mask = None

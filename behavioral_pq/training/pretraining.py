@@ -492,7 +492,10 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
         raise PretrainError(f"model has {model_config.num_subspaces} sub-spaces, quantizer {quantizer.num_subspaces}")
 
     torch.manual_seed(t.seed)
-    model = PQBert(model_config).to(dev)
+    model = PQBert(model_config)
+    if model_config.value_inputs:
+        model.set_centroids(quantizer.centroids_)
+    model = model.to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, betas=(0.9, 0.98),
                                   weight_decay=t.weight_decay)
     state_path = run / "train-state.pt"
