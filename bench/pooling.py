@@ -1,10 +1,12 @@
 """Where the embedding loses what the raw spectrum has: quantization, pooling, or the Transformer.
 
     python bench/pooling.py STORE [--states DIR] [--checkpoint DIR] [--seeds 0,1,2] [--max-epochs 60]
-                            [--out bench/results]
+                            [--score-split test|valid] [--slots 8,16,32] [--out bench/results]
 
-The same MLP heads as ``bpq evaluate`` (train on train, early stopping on valid, scored on test) on representations
-that differ in one step each, from the raw spectrum to the shipped embedding:
+The same MLP heads as ``bpq evaluate`` (train on train, early stopping on valid, scored on test; with
+``--score-split valid`` as ``bpq evaluate --score-split valid``: stopped on a hashed eighth of the train programs,
+scored on valid, test unread) on representations that differ in one step each, from the raw spectrum to the
+shipped embedding:
 
 - ``raw``: the spectrum rows the encoder reads (P log-relative rows, and the module row for a
   ``log-relative+module`` encoder), flattened: float32 (N, P' x 56).
@@ -14,9 +16,12 @@ that differ in one step each, from the raw spectrum to the shipped embedding:
 - ``sub-embeddings``: the encoder's sub-embeddings of the codes, flattened over positions (N, P' x H).
 - ``states``: PQ-BERT's final states, flattened over positions (N, P' x H): the Transformer without pooling.
 - ``pqbert``: the embedding (mean of the final states, N x H).
+- ``slots-K`` (``--slots K``): one slot per position instead of the mean, each final state reduced to K numbers by
+  one principal-component map shared by the positions (fit on the heads' train items): (N, P' x K).
 
 Scores: -Oz benefit MAE (points) on the store's test modules, by program kind, and with ``--states`` the best next
-pass Top-1 on the split's states (heads trained on train states). Writes ``pooling-<encoder>.json``.
+pass Top-1 on the split's states (heads trained on train states). Writes ``pooling-<encoder>.json``
+(``pooling-<encoder>-valid.json`` with ``--score-split valid``).
 """
 
 import argparse
@@ -53,6 +58,21 @@ def representations(items, encoder) -> dict:
             "states": np.concatenate(states), "pqbert": np.concatenate(pooled)}
 
 
+def add_slots(reps: dict, sizes) -> None:
+    """Add ``slots-K`` to every part's representations: each position's final state projected on the first K
+    principal components of the train part's states (all positions pooled), float32 (N, P' x K)."""
+    states = reps["train"]["states"]
+    width = reps["train"]["pqbert"].shape[1]
+    rows = states.reshape(-1, width)
+    rows = rows[np.random.default_rng(0).permutation(len(rows))[:50_000]]
+    center = rows.mean(axis=0)
+    _, _, vt = np.linalg.svd(rows - center, full_matrices=False)
+    for part in reps.values():
+        positions = part["states"].reshape(len(part["states"]), -1, width) - center                # (N, P', H)
+        for k in sizes:
+            part[f"slots-{k}"] = (positions @ vt[:k].T).reshape(len(positions), -1).astype(np.float32)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store")
@@ -60,11 +80,14 @@ def main() -> int:
     parser.add_argument("--checkpoint", help="encoder (default: the shipped one)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--max-epochs", type=int, default=60)
+    parser.add_argument("--score-split", choices=("test", "valid"), default="test")
+    parser.add_argument("--slots", default="", help="comma-separated K: add slots-K representations")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.reports.downstream import head_parts
     from behavioral_pq.tasks.datasets import module_items, state_items
     from behavioral_pq.tasks.estimators import BestPassClassifier, OzBenefitRegressor, TrainSettings, top_k_accuracy
 
@@ -72,12 +95,14 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     settings = TrainSettings(max_epochs=args.max_epochs)
     kind_of = Corpus(args.store).program_kinds()
-    items = module_items(args.store, encoder.probe_set, splits=["train", "valid", "test"])
-    parts = {split: items.split(split) for split in ("train", "valid", "test")}
+    slots = [int(k) for k in args.slots.split(",") if k]
+    parts = head_parts(module_items(args.store, encoder.probe_set), kind_of, score_split=args.score_split)
     reps = {split: representations(part, encoder) for split, part in parts.items()}
+    add_slots(reps, slots)
     y = {split: part.oz_benefit() for split, part in parts.items()}
     real = np.array([kind_of.get(g) == "real" for g in parts["test"].groups])
     result = {"store": str(Path(args.store).resolve()), "encoder": str(encoder.path), "seeds": seeds,
+              "score_split": args.score_split,
               "items": {s: len(p) for s, p in parts.items()}, "oz": {}, "states": {}}
     for name in reps["test"]:
         runs = []
@@ -90,9 +115,9 @@ def main() -> int:
         print(f"oz {name}: " + ", ".join(f"{k} {np.mean(v):.2f} ± {np.std(v):.2f}"
                                          for k, v in result["oz"][name].items()), file=sys.stderr)
     if args.states:
-        st = state_items(args.states)
-        sparts = {split: st.split(split) for split in ("train", "valid", "test")}
+        sparts = head_parts(state_items(args.states), kind_of, score_split=args.score_split)
         sreps = {split: representations(part, encoder) for split, part in sparts.items()}
+        add_slots(sreps, slots)
         sy = {split: part.next_pass_sets() for split, part in sparts.items()}
         sreal = np.array([kind_of.get(g) == "real" for g in sparts["test"].groups])
         result["items"]["states"] = {s: len(p) for s, p in sparts.items()}
@@ -110,7 +135,7 @@ def main() -> int:
                                                  for k, v in result["states"][name].items()), file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"pooling-{encoder.path.name}.json"
+    path = out / f"pooling-{encoder.path.name}{'-valid' if args.score_split == 'valid' else ''}.json"
     path.write_text(json.dumps(result, indent=1))
     for task, title in (("oz", "-Oz benefit MAE (points)"), ("states", "best next pass from states, Top-1 %")):
         if not result[task]:

@@ -24,7 +24,7 @@ from behavioral_pq.corpus.states import (
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.errors import PredictorError
-from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _by_split, _held_out, evaluate
+from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, head_parts, _held_out, evaluate
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
@@ -316,14 +316,14 @@ def test_train_on_keeps_one_kind_for_training_and_scores_the_whole_test_split():
     kind_of = {"m0": "real", "m1": "small", "m2": "real", "m3": "small", "m4": "real", "m5": "real", "m6": "small"}
     items = ItemSet(groups, groups, splits, np.zeros((n, 56), np.int64), np.zeros((n, 3), np.int64),
                     np.zeros((n, 2, 56), np.float32), np.arange(n), np.zeros((n, 124), np.int64), np.zeros(n, np.int64))
-    every = _by_split(items, kind_of)
+    every = head_parts(items, kind_of)
     assert [len(every[s]) for s in ("train", "valid", "test")] == [3, 2, 3]
-    real = _by_split(items, kind_of, "real")
+    real = head_parts(items, kind_of, "real")
     assert real["train"].ids == ["m0", "m2"] and real["valid"].ids == ["m4"] and real["test"].ids == groups[5:]
-    small = _by_split(items, kind_of, "small")          # m7 has no origin recorded: small
+    small = head_parts(items, kind_of, "small")          # m7 has no origin recorded: small
     assert small["train"].ids == ["m1"] and small["valid"].ids == ["m3"] and len(small["test"]) == 3
     with pytest.raises(ValueError, match="no valid items.*small programs"):
-        _by_split(items, {**kind_of, "m3": "real"}, "small")     # both valid items real
+        head_parts(items, {**kind_of, "m3": "real"}, "small")     # both valid items real
     with pytest.raises(ValueError, match="train_on"):
         EvaluationConfig(train_on="large")
     help_text = bpq_cli("evaluate", "--help").stdout
@@ -336,7 +336,7 @@ def test_scoring_on_valid_never_reads_test_and_stops_early_on_held_out_train_pro
     splits = ["train"] * 30 + ["valid"] * 5 + ["test"] * 5
     items = ItemSet(groups, groups, splits, np.zeros((n, 56), np.int64), np.zeros((n, 3), np.int64),
                     np.zeros((n, 2, 56), np.float32), np.arange(n), np.zeros((n, 124), np.int64), np.zeros(n, np.int64))
-    parts = _by_split(items, {}, score_split="valid")
+    parts = head_parts(items, {}, score_split="valid")
     assert parts["test"].ids == groups[30:35]                        # the store's valid split is scored
     held = [g for g in groups[:30] if _held_out(g)]
     assert parts["valid"].ids == held and 0 < len(held) < 30         # a hashed share of train stops early
@@ -345,7 +345,7 @@ def test_scoring_on_valid_never_reads_test_and_stops_early_on_held_out_train_pro
     # the held-out choice depends on the program alone, so a program's states follow its module
     states = ItemSet([f"{g}:s" for g in groups], groups, splits, *(getattr(items, f) for f in
                      ("autophase", "instcount", "spectra", "instruction_count", "pass_counts", "oz_count")))
-    assert [i.split(":")[0] for i in _by_split(states, {}, score_split="valid")["valid"].ids] == held
+    assert [i.split(":")[0] for i in head_parts(states, {}, score_split="valid")["valid"].ids] == held
     with pytest.raises(ValueError, match="score_split"):
         EvaluationConfig(score_split="train")
     assert "--score-split {test,valid}" in bpq_cli("evaluate", "--help").stdout

@@ -170,8 +170,8 @@ def _held_out(group: str) -> bool:
     return hashlib.sha256(group.encode()).digest()[0] % EARLY_STOP_SHARE == 0
 
 
-def _by_split(items: ItemSet, kind_of: Dict[str, str], train_on: str = "all",
-              score_split: str = "test") -> Dict[str, ItemSet]:
+def head_parts(items: ItemSet, kind_of: Dict[str, str], train_on: str = "all",
+               score_split: str = "test") -> Dict[str, ItemSet]:
     """The items the heads learn from ("train"), stop early on ("valid") and are scored on ("test").
 
     With ``score_split`` "test" these are the store's splits. With "valid" the store's valid split is scored, a
@@ -228,7 +228,7 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
     start = time.perf_counter()
     say("reading labelled modules with spectra")
     kind_of = Corpus(store).program_kinds()
-    modules = _by_split(module_items(store, encoder.probe_set), kind_of, config.train_on, config.score_split)
+    modules = head_parts(module_items(store, encoder.probe_set), kind_of, config.train_on, config.score_split)
     report: dict = {"store": str(Path(store).resolve()), "states": str(Path(states).resolve()) if states else None,
                     "encoder": {"path": str(encoder.path), "pooling": encoder.pooling,
                                 "model_sha256": encoder.config.get("files", {}).get("model.safetensors"),
@@ -256,7 +256,7 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
     figures = {}
     if states is not None:
         say("reading states")
-        state_parts = _by_split(state_items(states), kind_of, config.train_on, config.score_split)
+        state_parts = head_parts(state_items(states), kind_of, config.train_on, config.score_split)
         report["items"]["states"] = {k: len(v) for k, v in state_parts.items()}
         report["items"]["state_programs"] = {k: len(set(v.groups)) for k, v in state_parts.items()}
         say("representations of states")
