@@ -52,7 +52,7 @@ def main() -> int:
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.reports.downstream import head_parts
     from behavioral_pq.tasks.datasets import embeddings, module_items
-    from behavioral_pq.tasks.estimators import BestPassClassifier, TrainSettings, class_frequencies
+    from behavioral_pq.tasks.estimators import BestPassClassifier, TrainSettings, class_frequencies, top_k_accuracy
 
     encoder = load_encoder()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -72,8 +72,7 @@ def main() -> int:
     X = {name: features(part) for name, part in parts.items()}
 
     def top1(scores, mask):
-        predicted = scores.argmax(axis=1)
-        return float(np.mean([predicted[i] in sets["test"][i] for i in np.flatnonzero(mask)]) * 100)
+        return top_k_accuracy(scores[mask], [sets["test"][i] for i in np.flatnonzero(mask)], 1) * 100
 
     prior = np.tile(class_frequencies(sets["train"], 124), (len(scored), 1))
     result = {"store": str(Path(args.store).resolve()), "encoder": str(encoder.path), "seeds": seeds,

@@ -24,7 +24,7 @@ from behavioral_pq.corpus.states import (
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.errors import PredictorError
-from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, head_parts, _held_out, evaluate
+from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _held_out, evaluate, head_parts
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 MASK_ID = 256          # the extra id of every sub-embedding table
-SPECTRUM_DIM = 56      # values per reaction row (the Autophase features)
+SPECTRUM_DIM = 56      # values per reaction row: core.engine.NUM_AUTOPHASE (not imported: it loads the engine)
 IGNORE_INDEX = -100    # label of positions that are not masked (ignored by the loss)
 
 
@@ -145,7 +145,8 @@ class PQBert(nn.Module):
         B = codes.shape[0]
         x = torch.cat([table(codes[:, :, m]) for m, table in enumerate(self.sub_embeddings)], dim=-1)  # (B, P, H)
         if c.value_inputs:
-            values = torch.cat([self.centroids[m][codes[:, :, m]] for m in range(c.num_subspaces)], -1)  # (B, P, 56)
+            subspace = torch.arange(c.num_subspaces, device=codes.device)
+            values = self.centroids[subspace, codes].flatten(2)                                         # (B, P, 56)
             x = x + self.value_projection(values)                                                       # (B, P, H)
         x = torch.cat([self.cls_embedding.expand(B, 1, -1), x], dim=1)                                  # (B, P+1, H)
         x = x + self.position_embeddings.weight                                                         # (B, P+1, H)
