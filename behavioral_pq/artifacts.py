@@ -11,22 +11,27 @@
 - **Writing**: :func:`atomic_path` is the one way to write an artifact: a unique temporary name beside the target
   (pid + random suffix, so two writers never share one), fsync, then an atomic replace; on an error nothing is
   left behind and the old artifact is untouched. :func:`write_text_atomic`, :func:`write_bytes_atomic` and
-  :func:`write_json_atomic` wrap it for single files.
+  :func:`write_json_atomic` wrap it for single files; :func:`check_output_file` checks a path a user named for an
+  output before the work. They live in :mod:`behavioral_pq.core.files` (the core writes with them too).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Type, Union
+from typing import Iterable, Type, Union
 
 from behavioral_pq._version import __version__
 from behavioral_pq.core._native_loader import LLVM_VERSION
+from behavioral_pq.core.files import (  # noqa: F401 (re-exported: the writers every artifact uses)
+    atomic_path,
+    check_output_file,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 PathLike = Union[str, os.PathLike]
 
@@ -165,74 +170,3 @@ def check_replaceable(path: PathLike, *, config: str, format: str, overwrite: bo
                     "--overwrite / overwrite=True)")
     if not overwrite:
         raise error(f"{path}: exists and is not a folder; refusing to replace it (pass --overwrite to do so)")
-
-
-# -- atomic writes -------------------------------------------------------------------------------------------------
-
-def _temporary_name(path: Path) -> Path:
-    """A name beside ``path`` that no other writer uses; keeps the suffix (matplotlib picks the format by it)."""
-    return path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:10]}.tmp{path.suffix}")
-
-
-def _fsync_tree(path: Path) -> None:
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    for file in files:
-        with open(file, "rb") as f:
-            os.fsync(f.fileno())
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-@contextlib.contextmanager
-def atomic_path(path: PathLike) -> Iterator[Path]:
-    """Write a file or a folder at ``path`` all at once.
-
-    Yields a temporary path beside ``path`` (nothing exists there yet: create a file or a folder at it). When the
-    block ends normally, its content is fsynced and replaces ``path`` (an existing folder is moved aside first and
-    removed after the replace, so readers see the old or the new artifact, never a mix). When the block raises,
-    the temporary is removed and ``path`` is left as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary_name(path)
-    try:
-        yield tmp
-        if not tmp.exists():
-            raise FileNotFoundError(f"{tmp}: nothing was written for {path}")
-        _fsync_tree(tmp)
-        old: Optional[Path] = None
-        if path.is_dir() and not path.is_symlink():
-            old = _temporary_name(path.with_name(path.name + ".old"))
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def write_bytes_atomic(path: PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-    return Path(path)
-
-
-def write_text_atomic(path: PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_path`)."""
-    return write_bytes_atomic(path, text.encode())
-
-
-def write_json_atomic(path: PathLike, data, *, indent: Optional[int] = 1) -> Path:
-    """Write ``data`` as JSON (with a final newline) to ``path`` atomically."""
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(data, f, indent=indent)
-        f.write("\n")
-    return Path(path)

@@ -68,6 +68,11 @@ class PassTimeoutError(EngineError, TimeoutError):
     """A pipeline ran past the per-module timeout on a module; the worker running it was killed."""
 
 
+class OutputPathError(BPQError, PermissionError):
+    """An output path that must not be written: a symbolic link (unless overwriting is asked for), a device, a
+    FIFO or a socket."""
+
+
 class CorpusError(BPQError, ValueError):
     """A corpus store is missing, corrupt (a shard that fails its checksum) or from another LLVM version."""
 

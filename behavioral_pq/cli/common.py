@@ -4,13 +4,14 @@ flags, a compile_commands.json), output checks and the one error format."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from behavioral_pq.core.catalog import resolve_pipeline
+from behavioral_pq.core.files import check_output_file, write_bytes_atomic
 from behavioral_pq.errors import CompileError
 
 PASSES_EPILOG = """\
@@ -118,18 +119,29 @@ def load_program(args):
     return load_module(args.files[0] if len(args.files) == 1 else list(args.files), flags=flags)
 
 
-def check_output(path) -> None:
-    """Refuse an output path that cannot be written, before any work starts."""
+def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
+    """``--overwrite`` for a verb that writes a file the user names (see :func:`check_output`)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let an output path be a symbolic link and write its target (by default refused; a "
+                             "regular file is always replaced, all at once)")
+
+
+def check_output(path, overwrite: bool = False) -> Optional[Path]:
+    """The file to write for an output option (None when it was not given), refused before any work starts when
+    it cannot or must not be written: no folder, a folder that takes no files, a folder, a device or FIFO, or a
+    symbolic link without ``--overwrite`` (see :func:`behavioral_pq.core.files.check_output_file`)."""
     if path is None:
-        return
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise IsADirectoryError(f"{path}: is a folder (give a file name)")
-    if not parent.is_dir():
-        raise FileNotFoundError(f"{path}: cannot write there: no folder {parent}")
-    if not os.access(parent, os.W_OK):
-        raise PermissionError(f"{path}: cannot write there: {parent} is not writable")
+        return None
+    return check_output_file(path, overwrite=overwrite)
+
+
+def save_array(path: Path, array) -> None:
+    """``np.save`` of ``array`` to exactly ``path`` (numpy would add ``.npy`` to a name without it), all at once."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 # -- errors ------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import numpy as np
 from behavioral_pq.cli.common import (
     PASSES_EPILOG,
     PROGRAM_EPILOG,
+    add_overwrite_argument,
     add_program_arguments,
     add_target_arguments,
     check_output,
@@ -18,6 +19,7 @@ from behavioral_pq.cli.common import (
     load_program,
     parse_passes,
     print_json,
+    save_array,
     size_target,
 )
 from behavioral_pq.cli.guidance import run_auto
@@ -64,8 +66,7 @@ def cmd_spectrum(args) -> int:
     from behavioral_pq.embedding.spectrum import spectra
     from behavioral_pq.reports.plotting import plot_spectrum
 
-    check_output(args.output)
-    check_output(args.plot)
+    output, plot = check_output(args.output, args.overwrite), check_output(args.plot, args.overwrite)
     probes = load_probes(args.probes)
     module = load_program(args)
     batch = spectra([module], probes, progress=sys.stderr.isatty(), sample_above=args.sample_above)
@@ -74,10 +75,10 @@ def cmd_spectrum(args) -> int:
     if batch.sampled[0] is not None:
         print(f"bpq: note: measured on a function sample holding {batch.sampled[0]:.0%} of the module's "
               "instructions (large-module mode)", file=sys.stderr)
-    if args.output:
-        np.save(args.output, values)
-    if args.plot:
-        plot_spectrum(values, args.plot, title=f"{module.name}: spectrum over {probes.name}")
+    if output:
+        save_array(output, values)
+    if plot:
+        plot_spectrum(values, plot, title=f"{module.name}: spectrum over {probes.name}")
     if args.json:
         print_json({"module": module.name, "probe_set": probes.name, "probe_set_hash": probes.hash,
                      "shape": list(values.shape), "features": list(AUTOPHASE_FEATURES),
@@ -108,7 +109,7 @@ def cmd_optimize(args) -> int:
         raise ValueError("give either --passes or --auto (see bpq optimize --help)")
     if args.budget < 0:
         raise ValueError(f"--budget must be >= 0, got {args.budget}")
-    check_output(args.output)
+    output = check_output(args.output, args.overwrite)
     module = load_program(args)
     found = None
     target = cli_target(args)
@@ -129,8 +130,8 @@ def cmd_optimize(args) -> int:
         pipeline = parse_passes(args.passes)
         result = optimize(module, pipeline, target=target)
     result.verify()
-    if args.output:
-        result.save(args.output)
+    if output:
+        result.save(output)
     before, after = module.instruction_count, result.instruction_count
     if args.json:
         record = {"module": module.name, "pipeline": pipeline, "instructions_before": before,
@@ -189,7 +190,7 @@ def cmd_demo(args) -> int:
               f"best probe {best:5d}; {int((autophase(module) > 0).sum())} non-zero features")
         plot_spectrum(batch.spectra[i], out / f"{Path(module.name).stem}_spectrum.png",
                       title=f"{module.name}: spectrum")
-    np.save(out / "spectra.npy", batch.spectra)
+    save_array(out / "spectra.npy", batch.spectra)
     print(f"wrote {out}/spectra.npy {batch.spectra.shape} and one spectrum heatmap per program in {out}/")
 
     encoder = load_encoder()
@@ -197,7 +198,7 @@ def cmd_demo(args) -> int:
         batch = spectra(modules, encoder.probe_set, progress=sys.stderr.isatty())
         batch.raise_first()
     vectors = encoder.embed_spectra(batch.spectra, batch.autophase[:, 0])   # (N, D); row 0: the module as given
-    np.save(out / "embeddings.npy", vectors)
+    save_array(out / "embeddings.npy", vectors)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     names = [Path(m.name).stem[:12] for m in modules]
     print(f"embeddings ({encoder.path.name}, D={encoder.dim}), cosine similarity:")
@@ -230,8 +231,9 @@ def add_parsers(sub) -> None:
     add_program_arguments(p)
     p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
     p.add_argument("--json", action="store_true", help="print the spectrum as JSON")
-    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (P, 56) with numpy")
+    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (P, 56) with numpy (to exactly OUT.npy)")
     p.add_argument("--plot", metavar="PNG", help="save a heatmap of probes x features")
+    add_overwrite_argument(p)
     p.add_argument("--sample-above", type=int, metavar="N", help="large-module mode: measure a module of more than "
                    "N IR instructions on a deterministic sample of its functions (default: always whole)")
     p.set_defaults(func=cmd_spectrum)
@@ -258,6 +260,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
     add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")
+    add_overwrite_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_optimize)
 

@@ -7,7 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from behavioral_pq.cli.common import add_program_arguments, batch_exit_code, check_output, error_line, program_flags
+from behavioral_pq.cli.common import (
+    add_overwrite_argument,
+    add_program_arguments,
+    batch_exit_code,
+    check_output,
+    error_line,
+    program_flags,
+    save_array,
+)
 
 EMBED_EPILOG = """\
 examples:
@@ -37,7 +45,7 @@ def cmd_embed(args) -> int:
 
     from behavioral_pq.embedding.encoder import load_encoder
 
-    check_output(args.output)
+    output = check_output(args.output, args.overwrite)
     encoder = load_encoder(args.checkpoint, pooling=args.pooling)
     batch = encoder.embed_batch(args.files, workers=args.workers, progress=len(args.files) > 1 and not args.quiet,
                                 flags=program_flags(args), sample_above=None if args.exact else args.sample_above)
@@ -53,8 +61,8 @@ def cmd_embed(args) -> int:
         if share is not None and not args.quiet:
             print(f"bpq: note: {file}: large module, spectrum measured on a function sample holding {share:.0%} of "
                   "its instructions (--exact measures it whole)", file=sys.stderr)
-    if args.output:
-        np.save(args.output, vectors)
+    if output:
+        save_array(output, vectors)
     if args.json:
         print(json.dumps([{"file": f, "embedding": None if e is not None else v.tolist()}
                           for f, v, e in zip(args.files, vectors, errors)]))
@@ -99,7 +107,8 @@ def add_parsers(sub) -> None:
                    "modules above --sample-above instructions are measured on a sample of their functions)")
     p.add_argument("--sample-above", type=int, default=SAMPLE_ABOVE, metavar="N",
                    help=f"large-module threshold in IR instructions ({SAMPLE_ABOVE})")
-    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (N, D) with numpy")
+    p.add_argument("-o", "--output", metavar="OUT.npy", help="save float32 (N, D) with numpy (to exactly OUT.npy)")
+    add_overwrite_argument(p)
     p.add_argument("--json", action="store_true", help="print the embeddings as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_embed)

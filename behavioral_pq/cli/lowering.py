@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from behavioral_pq.cli.common import (
+    add_overwrite_argument,
     add_program_arguments,
     add_target_arguments,
     check_output,
@@ -131,7 +132,7 @@ def cmd_lower(args) -> int:
 
     if bool(args.files or args.compile_commands) == bool(args.task):
         raise ValueError("give a FILE or --task NAME (see bpq lower --help)")
-    check_output(args.output)
+    output = check_output(args.output, args.overwrite)
     task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
     module = task.module() if task else load_program(args)
     target = cli_target(args)
@@ -143,8 +144,8 @@ def cmd_lower(args) -> int:
         cost = static_cost(lowering.assembly)
     except ToolError:  # nothing mca can measure, e.g. a module that only declares or holds data
         cost = None
-    if args.output:
-        lowering.save(args.output)
+    if output:
+        lowering.save(output)
     if args.json:
         print(json.dumps({"module": module.name, "passes": args.passes, **_lowering_json(lowering),
                           "mca_cycles": cost.cycles if cost else None, "output": args.output}, indent=1))
@@ -159,6 +160,7 @@ def cmd_lower(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    from behavioral_pq.artifacts import write_text_atomic
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.core.engine import default_engine
@@ -178,7 +180,11 @@ def cmd_compile(args) -> int:
     if args.outline == "on" and (args.objective == "speed" or args.backend != "llc"):
         raise ValueError("--outline on is an llc option of size builds: drop it with --objective speed or "
                          "--backend llm")
-    check_output(args.output)
+    stem = Path(args.files[0]).stem if args.files else "program"
+    names = [Path(args.output)] if args.output else [Path(stem), Path(stem + ".o")]   # without -o: main decides
+    if args.keep_assembly:
+        names += [name.with_suffix(".s") for name in names]
+    outputs = {name: check_output(name, args.overwrite) for name in names}   # each name it may write, checked now
     target = cli_target(args)
     if args.objective == "size":
         target = size_target(args, target)
@@ -238,12 +244,11 @@ def cmd_compile(args) -> int:
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
     program = defines_main(module)
-    stem = Path(args.files[0]).stem if args.files else "program"
     output = Path(args.output or (stem + ("" if program else ".o")))
     source = output.with_suffix(".s") if args.keep_assembly else None
     if source is not None:
-        source.write_text(lowering.assembly)
-    assemble(lowering.assembly, output, executable=program, cxx=program and needs_cxx_runtime(module.text()))
+        write_text_atomic(outputs[source], lowering.assembly)
+    assemble(lowering.assembly, outputs[output], executable=program, cxx=program and needs_cxx_runtime(module.text()))
     kind = "executable" if program else "object file"
     print(f"5. {'link' if program else 'assemble':<11}wrote {output} ({kind}"
           + (f", assembly in {source}" if source else "") + f"); {time.monotonic() - start:.1f} s in all")
@@ -333,6 +338,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--verify", action="store_true", help="verify llc's output too (the LLM's always is)")
     add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT.s", help="write the assembly")
+    add_overwrite_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_llm_options(p)
     p.set_defaults(func=cmd_lower)
@@ -364,6 +370,7 @@ def add_parsers(sub) -> None:
     add_target_arguments(p)
     p.add_argument("--keep-assembly", action="store_true", help="also write the assembly next to the output")
     p.add_argument("-o", "--output", metavar="BIN", help="executable (or object file for a module without main)")
+    add_overwrite_argument(p)
     _add_llm_options(p)
     p.set_defaults(func=cmd_compile)
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from behavioral_pq.cli.common import add_overwrite_argument, check_output
+
 PROBES_EPILOG = """\
 examples:
   bpq probes show                              # the package's default probe set
@@ -150,6 +152,7 @@ def cmd_subset(args) -> int:
     from behavioral_pq.embedding.probes import load_probes
     from behavioral_pq.reports.probe_sets import subset
 
+    output = check_output(args.output, args.overwrite)
     base = load_probes(args.base)
     if not 0 < args.first <= base.num_probes:
         raise ValueError(f"--first must be in 1..{base.num_probes}, got {args.first}")
@@ -158,9 +161,9 @@ def cmd_subset(args) -> int:
                         + f" of {base.name} (its largest clusters first)", "from": base.name, "from_hash": base.hash,
               "why": args.why or "", "base_search": base.search}
     derived = replace(derived, name=args.name or derived.name, search=search)
-    path = derived.save(args.output)
+    derived.save(output)
     print(f"{derived.name}: P={derived.num_probes}, {derived.pass_executions} passes per spectrum "
-          f"({base.pass_executions / derived.pass_executions:.2f}x fewer than {base.name}); wrote {path}")
+          f"({base.pass_executions / derived.pass_executions:.2f}x fewer than {base.name}); wrote {args.output}")
     return 0
 
 
@@ -274,6 +277,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--name", help="name of the new set")
     p.add_argument("--why", metavar="TEXT", help="recorded in the set (e.g. the report that chose it)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="probe-set JSON to write")
+    add_overwrite_argument(p)
     p.set_defaults(func=cmd_subset)
 
     p = psub.add_parser("compare", help="judge probe sets by cost and by the raw spectrum's downstream quality",

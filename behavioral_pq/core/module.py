@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from behavioral_pq.core._native_loader import native
 from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.files import check_output_file, write_bytes_atomic
 from behavioral_pq.core.toolchain import compile_to_bitcode, language_of, link_bitcode
 from behavioral_pq.errors import InvalidIRError
 
@@ -52,13 +53,13 @@ class Module:
         (engine or default_engine()).prepare(self._bitcode, self.name)
         return self
 
-    def save(self, path: Union[str, os.PathLike]) -> Path:
-        """Write ``.bc`` (bitcode) or any other suffix as text IR."""
+    def save(self, path: Union[str, os.PathLike], *, overwrite: bool = False) -> Path:
+        """Write ``.bc`` (bitcode) or any other suffix as text IR, all at once (a failed write, a full disk
+        included, leaves an existing file as it was). A symbolic link at ``path`` is refused unless ``overwrite``
+        (then its target is written); see :func:`~behavioral_pq.core.files.check_output_file`. Returns ``path``."""
         path = Path(path)
-        if path.suffix == ".bc":
-            path.write_bytes(self._bitcode)
-        else:
-            path.write_text(self.text())
+        data = self._bitcode if path.suffix == ".bc" else self.text().encode()
+        write_bytes_atomic(check_output_file(path, overwrite=overwrite), data)
         return path
 
     def __eq__(self, other) -> bool:

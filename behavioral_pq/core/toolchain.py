@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
+from behavioral_pq.core.files import atomic_path, check_output_file
 from behavioral_pq.errors import CompileError, ToolError, ToolNotFoundError, ToolTimeoutError
 
 logger = logging.getLogger(__name__)
@@ -214,22 +215,27 @@ def linker(cxx: bool = False) -> list:
     return [find_tool("clang++"), "-lm"] if cxx else [find_tool("clang"), "-lm"]
 
 
-def assemble(assembly: str, output: Path, *, executable: bool, cxx: bool = False, timeout: float = 120.0) -> Path:
+def assemble(assembly: str, output: Path, *, executable: bool, cxx: bool = False, timeout: float = 120.0,
+             overwrite: bool = False) -> Path:
     """Assemble ``assembly`` (AT&T x86-64 text) with clang into ``output``: an executable linked with libm (and the
     C++ runtime when ``cxx``, see :func:`needs_cxx_runtime`) when ``executable``, else an object file. The assembly
-    goes through a scratch file beside ``output``."""
+    goes through a scratch folder; ``output`` is replaced all at once (an existing file stays as it was when the
+    link fails, and the ToolError names ``output``), and a symbolic link there is refused unless ``overwrite`` (see
+    :func:`~behavioral_pq.core.files.check_output_file`)."""
     output = Path(output)
-    scratch = output.with_name(output.name + ".bpq-tmp.s")
-    scratch.write_text(assembly)
-    try:
+    with tempfile.TemporaryDirectory(prefix="bpq-assemble-") as scratch_dir, \
+            atomic_path(check_output_file(output, overwrite=overwrite)) as tmp:
+        scratch = Path(scratch_dir) / "program.s"
+        scratch.write_text(assembly)
         if executable:
             head, *libraries = linker(cxx)
-            argv = [head, str(scratch), "-o", str(output), *libraries]
+            argv = [head, str(scratch), "-o", str(tmp), *libraries]
         else:
-            argv = [find_tool("clang"), str(scratch), "-o", str(output), "-c"]
-        run_tool(argv, timeout=timeout)
-    finally:
-        scratch.unlink(missing_ok=True)
+            argv = [find_tool("clang"), str(scratch), "-o", str(tmp), "-c"]
+        try:
+            run_tool(argv, timeout=timeout)
+        except ToolError as exc:   # its message names the temporary; the user knows the output
+            raise type(exc)(f"{output}: not written: {exc}") from None
     return output
 
 

@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from behavioral_pq.artifacts import write_json_atomic
+from behavioral_pq.artifacts import check_output_file, write_json_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR
 from behavioral_pq.core.catalog import PASSES, get_pass, sequence_pipeline
 from behavioral_pq.errors import BPQError, ProbeSetError
@@ -154,9 +154,11 @@ class ProbeSet:
                 "provisional": self.provisional, "search": self.search,
                 "sequences": [list(s) for s in self.sequences], "hash": self.hash}
 
-    def save(self, path: Union[str, os.PathLike]) -> Path:
+    def save(self, path: Union[str, os.PathLike], *, overwrite: bool = False) -> Path:
+        """Write the probe set as JSON to ``path`` all at once; a symbolic link there is refused unless
+        ``overwrite`` (see :func:`~behavioral_pq.artifacts.check_output_file`)."""
         path = Path(path)
-        write_json_atomic(path, self.to_dict())
+        write_json_atomic(check_output_file(path, overwrite=overwrite), self.to_dict())
         return path
 
     @classmethod

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
-from behavioral_pq.artifacts import write_text_atomic
+from behavioral_pq.artifacts import check_output_file, write_text_atomic
 from behavioral_pq.core.toolchain import llc_assembly
 from behavioral_pq.errors import LoweringError
 from behavioral_pq.lowering.harness import Harness, Verdict, harness_for
@@ -40,9 +40,11 @@ class Lowering:
     def verified(self) -> bool:
         return self.verdict is not None and self.verdict.ok
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+        """Write the assembly to ``path`` all at once; a symbolic link there is refused unless ``overwrite`` (see
+        :func:`~behavioral_pq.artifacts.check_output_file`)."""
         path = Path(path)
-        write_text_atomic(path, self.assembly)
+        write_text_atomic(check_output_file(path, overwrite=overwrite), self.assembly)
         return path
 
 
