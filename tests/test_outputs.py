@@ -128,6 +128,24 @@ def test_a_folder_that_takes_no_files_is_refused_before_any_work(tmp_path, verb,
     assert error_lines(done) == [f"bpq: error: {path}: cannot write there: {why}"]
 
 
+@pytest.mark.parametrize("args, out, why", [
+    (("pretrain", "missing-store"), "/sys/run", "cannot write there: /sys takes no new files (Permission denied)"),
+    (("corpus", "generate", "--csmith", "1"), "/proc/csmith",
+     "cannot write there: /proc takes no new files (No such file or directory)"),
+    (("train", "oz", "--corpus", "missing-store"), "a-file", "is not a folder (give a folder for the outputs)"),
+    (("leaderboard", "--corpus", "missing-store"), "dangling/sub", "cannot write there: dangling is a symbolic "
+                                                                    "link to nothing"),
+])
+def test_an_output_folder_is_checked_before_any_work(tmp_path, args, out, why):
+    # the store does not exist: an error about it, not about --out, means the work started first
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    done = bpq_cli(*args, "--out", out, cwd=tmp_path)
+    assert done.returncode == 2
+    assert error_lines(done) == [f"bpq: error: {out}: {why}"]
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "dangling"]
+
+
 def test_a_fifo_or_device_is_refused_not_opened(tmp_path):
     fifo = tmp_path / "pipe.npy"
     os.mkfifo(fifo)

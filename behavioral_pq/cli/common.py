@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from behavioral_pq.core.catalog import resolve_pipeline
-from behavioral_pq.core.files import check_output_file, write_bytes_atomic
+from behavioral_pq.core.files import (  # check_output_folder: for the verbs with --out DIR
+    check_output_file,
+    check_output_folder,  # noqa: F401
+    write_bytes_atomic,
+)
 from behavioral_pq.errors import CompileError
 
 PASSES_EPILOG = """\

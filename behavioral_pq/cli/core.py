@@ -15,6 +15,7 @@ from behavioral_pq.cli.common import (
     add_program_arguments,
     add_target_arguments,
     check_output,
+    check_output_folder,
     cli_target,
     load_program,
     parse_passes,
@@ -172,6 +173,7 @@ def cmd_demo(args) -> int:
     from behavioral_pq.embedding.spectrum import spectra
     from behavioral_pq.reports.plotting import plot_spectrum
 
+    check_output_folder(args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     examples = resources.files("behavioral_pq").joinpath("data/examples")

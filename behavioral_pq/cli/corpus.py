@@ -8,6 +8,8 @@ import json
 import shlex
 import sys
 
+from behavioral_pq.cli.common import check_output_folder
+
 CORPUS_EPILOG = """\
 examples:
   bpq corpus build ~/src/jotai/anghaLeaves --out store --origin jotai --group-regex 'extr_(.*?\\.c)_'
@@ -61,6 +63,7 @@ def cmd_build(args) -> int:
     from behavioral_pq.core._native_loader import LLVM_VERSION
     from behavioral_pq.corpus import build_corpus, discover, from_compile_commands
 
+    check_output_folder(args.out)
     flags = shlex.split(args.cflags or "")
     if args.compile_commands:
         def items():
@@ -126,6 +129,7 @@ def cmd_link(args) -> int:
 def cmd_generate(args) -> int:
     from behavioral_pq.corpus.csmith import generate_csmith
 
+    check_output_folder(args.out)
     record = generate_csmith(args.csmith, args.out, seed=args.seed, progress=not args.quiet)
     if args.json:
         print(json.dumps({k: v for k, v in record.items() if k != "programs"} | {"written": len(record["programs"])},
@@ -171,6 +175,7 @@ def cmd_spectra(args) -> int:
 def cmd_states(args) -> int:
     from behavioral_pq.corpus.states import build_states, choose_programs
 
+    check_output_folder(args.out)
     counts = {}
     for part in args.programs.split(","):
         name, _, number = part.partition("=")

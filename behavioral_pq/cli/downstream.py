@@ -7,7 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from behavioral_pq.cli.common import add_program_arguments, batch_exit_code, error_line, program_flags
+from behavioral_pq.cli.common import (
+    add_program_arguments,
+    batch_exit_code,
+    check_output_folder,
+    error_line,
+    program_flags,
+)
 
 PREDICT_EPILOG = """\
 examples:
@@ -88,6 +94,7 @@ def cmd_predict(args) -> int:
 def cmd_train(args) -> int:
     from behavioral_pq.tasks.predictors import train_predictor
 
+    check_output_folder(args.out)
     kind = "best-pass" if args.target == "best-pass" else "oz-benefit"
     if args.states and kind != "best-pass":
         raise ValueError("--states applies to best-pass only")
@@ -120,6 +127,7 @@ def cmd_evaluate(args) -> int:
     from behavioral_pq.reports.downstream import EvaluationConfig, evaluate
     from behavioral_pq.tasks.estimators import TrainSettings
 
+    check_output_folder(args.out)
     ablations = {}
     for item in args.ablation or []:
         name, _, path = item.partition("=")

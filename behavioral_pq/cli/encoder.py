@@ -12,6 +12,7 @@ from behavioral_pq.cli.common import (
     add_program_arguments,
     batch_exit_code,
     check_output,
+    check_output_folder,
     error_line,
     program_flags,
     save_array,
@@ -79,6 +80,7 @@ def cmd_embed(args) -> int:
 def cmd_pretrain(args) -> int:
     from behavioral_pq.training.pretraining import PretrainConfig, pretrain
 
+    check_output_folder(args.out)
     config = PretrainConfig.load(args.config) if args.config else PretrainConfig()
     summary = pretrain(args.store, args.out, config, probes=args.probes, device=args.device,
                        progress=not args.quiet, max_steps=args.max_steps, modules_like=args.modules_like)

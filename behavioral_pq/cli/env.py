@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from behavioral_pq.cli.common import check_output_folder
+
 LEADERBOARD_EPILOG = """\
 example:
   bpq leaderboard --corpus stores/main --out downstream/leaderboard --programs 20 --seconds 5
@@ -18,6 +20,7 @@ greedy search run on the llvm-v0 environment for --seconds of wall time per prog
 def cmd_leaderboard(args) -> int:
     from behavioral_pq.reports.leaderboard import leaderboard
 
+    check_output_folder(args.out)
     report = leaderboard(args.corpus, args.out, programs=args.programs, seconds=args.seconds, budget=args.budget,
                          split=args.split, max_instructions=args.max_instructions, seed=args.seed, progress=True)
     if args.json:

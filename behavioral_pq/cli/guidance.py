@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from behavioral_pq.cli.common import check_output_folder
+
 LIBRARY_EPILOG = """\
 example (the shipped library, checkpoints/pqbert-small-m14-s0-library):
   bpq library build --corpus store/ --out my-library --programs 1200
@@ -62,6 +64,7 @@ def cmd_library_build(args) -> int:
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.tasks.guidance import build_library, choose_library_programs
 
+    check_output_folder(args.out)
     encoder = _encoder(args) or load_encoder()
     programs = choose_library_programs(args.corpus, args.programs, encoder=encoder, split=args.split, seed=args.seed,
                                        kind=None if args.kind == "all" else args.kind,
@@ -79,6 +82,7 @@ def cmd_library_build(args) -> int:
 def cmd_library_merge(args) -> int:
     from behavioral_pq.tasks.guidance import load_library, merge_libraries
 
+    check_output_folder(args.out)
     encoder = _encoder(args)
     library = merge_libraries([load_library(path, encoder=encoder) for path in args.libraries])
     library.save(args.out, overwrite=args.overwrite)
@@ -104,6 +108,7 @@ def cmd_evaluate_guidance(args) -> int:
     from behavioral_pq.reports.guidance import evaluate_guidance
     from behavioral_pq.tasks.guidance import load_library
 
+    check_output_folder(args.out)
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder)
     budgets = [int(b) for b in args.budgets.split(",")]

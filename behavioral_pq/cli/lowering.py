@@ -15,6 +15,7 @@ from behavioral_pq.cli.common import (
     add_program_arguments,
     add_target_arguments,
     check_output,
+    check_output_folder,
     cli_target,
     load_program,
     parse_passes,
@@ -258,6 +259,7 @@ def cmd_compile(args) -> int:
 def cmd_evaluate_lowering(args) -> int:
     from behavioral_pq.reports.lowering import evaluate_lowering
 
+    check_output_folder(args.out)
     report, path = evaluate_lowering(Path(args.out), tasks=args.tasks,
                                      pipelines=[p.strip() for p in args.pipelines.split(",")],
                                      timing_runs=args.timing_runs, margin=args.margin, repairs=args.repairs,
@@ -287,6 +289,7 @@ def cmd_refine_prompt(args) -> int:
     from behavioral_pq.lowering.tasks import load_tasks, split_tasks
     from behavioral_pq.reports.lowering import run_tasks
 
+    check_output_folder(args.out)
     backend = _llm_backend(args)
     train, held_out = split_tasks(load_tasks(args.tasks), held_out=args.held_out, seed=args.seed)
 

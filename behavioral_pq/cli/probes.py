@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from behavioral_pq.cli.common import add_overwrite_argument, check_output
+from behavioral_pq.cli.common import add_overwrite_argument, check_output, check_output_folder
 
 PROBES_EPILOG = """\
 examples:
@@ -57,6 +57,7 @@ def cmd_search(args) -> int:
     from behavioral_pq.training.genetic import GAConfig
     from behavioral_pq.training.probe_search import SearchConfig, search_probes
 
+    check_output_folder(args.out)
     corpus = Corpus(args.store)
     shas = corpus.pretraining()
     config = SearchConfig(num_probes=args.num_probes, sample=args.sample, max_instructions=args.max_instructions,
@@ -119,6 +120,7 @@ def cmd_tree(args) -> int:
     from behavioral_pq.training.genetic import GAConfig
     from behavioral_pq.training.probe_tree import TreeConfig, search_probe_tree
 
+    check_output_folder(args.out)
     if len(args.branching) != len(args.segments):
         raise ValueError(f"--branching has {len(args.branching)} levels, --segments {len(args.segments)}")
     corpus = Corpus(args.store)
@@ -171,6 +173,7 @@ def cmd_compare(args) -> int:
     from behavioral_pq.embedding.probes import load_probes
     from behavioral_pq.reports.probe_sets import DEFAULT_SAMPLE, compare_probe_sets, subset
 
+    check_output_folder(args.out)
     baseline = load_probes(args.baseline)
     candidates = [baseline]
     candidates += [subset(baseline, count=n) for n in args.subsets or ()]

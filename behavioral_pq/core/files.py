@@ -3,6 +3,7 @@
 - :func:`check_output_file` checks a path the user named for an output before any work starts: its folder exists
   and takes new files, it is not a folder, a device or a FIFO, and not a symbolic link unless ``overwrite``
   (then the link's target is what gets written). Each refusal is one line naming the user's path.
+- :func:`check_output_folder` does the same for a folder of outputs (``--out DIR``).
 - :func:`atomic_path` writes a file or a folder all at once: a unique temporary name beside the target (pid +
   random suffix, so two writers never share one), fsync, then an atomic replace; on an error (a full disk
   included) nothing is left behind and the old file is untouched. :func:`write_bytes_atomic`,
@@ -69,15 +70,49 @@ def check_output_file(path: PathLike, *, overwrite: bool = False) -> Path:
         raise FileNotFoundError(f"{given}: cannot write there: no folder {parent}")
     if not parent.is_dir():
         raise NotADirectoryError(f"{given}: cannot write there: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"{given}: cannot write there: {parent} is not writable")
+    _check_takes_files(given, parent)
+    return target
+
+
+def check_output_folder(path: PathLike) -> Path:
+    """A folder the user named for outputs (``--out DIR``; made when missing, resumed or added to when present),
+    checked before any work is done: it is a folder or can become one, and it (or the nearest folder above it that
+    exists) takes new files. A symbolic link to a folder is fine (a run kept on another disk); a link to nothing
+    is refused. Returns ``path``.
+
+    Raises:
+        NotADirectoryError: ``path``, or the nearest existing path above it, is not a folder.
+        OutputPathError: ``path`` is a symbolic link to nothing.
+        PermissionError: the folder does not take new files.
+    """
+    given = Path(path)
+    if given.is_symlink() and not given.exists():
+        raise OutputPathError(f"{given}: is a symbolic link to nothing ({os.readlink(given)}); refusing to make a "
+                              "folder through it")
+    if given.exists() and not given.is_dir():
+        raise NotADirectoryError(f"{given}: is not a folder (give a folder for the outputs)")
+    existing = given
+    while not existing.exists():
+        if existing.is_symlink():
+            raise OutputPathError(f"{given}: cannot write there: {existing} is a symbolic link to nothing")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{given}: cannot write there: {existing} is not a folder")
+    _check_takes_files(given, existing)
+    return given
+
+
+def _check_takes_files(given: Path, folder: Path) -> None:
+    """Refuse ``given`` (for its message) unless ``folder`` takes a new file: ``os.access`` first, then a real
+    one, made and removed, since ``os.access`` says yes to root for ``/sys`` and ``/proc``."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{given}: cannot write there: {folder} is not writable")
     try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".bpq-check")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".bpq-check-")
     except OSError as exc:
-        raise PermissionError(f"{given}: cannot write there: {parent} takes no new files ({exc.strerror})") from None
+        raise PermissionError(f"{given}: cannot write there: {folder} takes no new files ({exc.strerror})") from None
     os.close(fd)
     os.unlink(probe)
-    return target
 
 
 # -- atomic writes -------------------------------------------------------------------------------------------------
