@@ -90,7 +90,7 @@ def test_invalid_ir_file(tmp_path):
 def test_help_explains():
     out = bpq("--help")
     assert out.returncode == 0 and "spectrum" in out.stdout and "BPQ_WORKERS" in out.stdout
-    assert "Oz / O3" in bpq("optimize", "--help").stdout
+    assert "Oz / Os / O3 / O2 / O1 / O0" in bpq("optimize", "--help").stdout
 
 
 def test_demo(tmp_path):
@@ -102,3 +102,61 @@ def test_demo(tmp_path):
     embeddings = np.load(tmp_path / "demo" / "embeddings.npy")
     assert embeddings.shape == (4, 224) and np.isfinite(embeddings).all()     # the shipped encoder's d_model
     assert "cosine similarity" in out.stdout
+
+
+def _project(tmp_path):
+    """Two programs (tool1, tool2) sharing one unit, and their compile_commands.json."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "util.c").write_text("int twice(int x) { return 2 * x; }\n")
+    (project / "tool1.c").write_text("int twice(int);\nint main(int c, char **v) {\n"
+                                     "  int s = 0;\n  for (int i = 0; i < c * 10; i++) s += twice(i);\n"
+                                     "  return s & 1;\n}\n")
+    (project / "tool2.c").write_text("int twice(int);\nint main(void) { return twice(3) - 6; }\n")
+    db = project / "compile_commands.json"
+    db.write_text(json.dumps([{"directory": str(project), "file": name, "arguments": ["cc", "-c", name, "-O2"]}
+                              for name in ("util.c", "tool1.c", "tool2.c")]))
+    return project, db
+
+
+def test_embed_predict_features_take_whole_programs(tmp_path):
+    """Issue 40 finding 4: embed, predict and features take one linked program (--link FILE..., or
+    --compile-commands JSON --program NAME), equal to embedding the program linked by optimize --passes O0."""
+    project, db = _project(tmp_path)
+    linked = tmp_path / "tool1.bc"
+    out = bpq("optimize", project / "tool1.c", project / "util.c", "--passes", "O0", "-o", linked)
+    assert out.returncode == 0, out.stderr
+    reference = json.loads(bpq("embed", linked, "--json").stdout)[0]["embedding"]
+
+    by_link = json.loads(bpq("embed", "--link", project / "tool1.c", project / "util.c", "--json").stdout)
+    assert len(by_link) == 1 and by_link[0]["embedding"] == reference
+    by_db = bpq("embed", "--compile-commands", db, "--program", "tool1", "--json")
+    assert by_db.returncode == 0, by_db.stderr
+    rows = json.loads(by_db.stdout)
+    assert len(rows) == 1 and rows[0]["embedding"] == reference and "tool1" in rows[0]["file"]
+    # without --link the same files are two modules, each its own row
+    assert len(json.loads(bpq("embed", project / "tool1.c", project / "util.c", "--json").stdout)) == 2
+
+    # predict: the files may follow the options (argparse leaves them over after the target)
+    single = json.loads(bpq("predict", "oz", linked, "--json").stdout)[0]["prediction"]
+    linked_prediction = bpq("predict", "oz", "--link", project / "tool1.c", project / "util.c", "--json")
+    assert linked_prediction.returncode == 0, linked_prediction.stderr
+    assert json.loads(linked_prediction.stdout)[0]["prediction"] == single
+    from_db = json.loads(bpq("predict", "oz", "--compile-commands", db, "--program", "tool1", "--json").stdout)
+    assert from_db[0]["prediction"] == single
+
+    features = json.loads(bpq("features", "--compile-commands", db, "--program", "tool2", "--json").stdout)
+    expected = json.loads(bpq("features", project / "tool2.c", project / "util.c", "--json").stdout)
+    assert features["features"] == expected["features"] and features["features"]["TotalInsts"] > 0
+
+
+def test_whole_program_arguments_are_checked(tmp_path):
+    project, db = _project(tmp_path)
+    both = bpq("embed", "--link", project / "tool1.c", "--compile-commands", db)
+    assert both.returncode == 2 and "give one of them" in both.stderr
+    none = bpq("predict", "oz")
+    assert none.returncode == 2 and "give FILE" in none.stderr
+    unknown = bpq("embed", "--compile-commands", db, "--program", "tool9")
+    assert unknown.returncode == 2 and "tool1" in unknown.stderr and "tool2" in unknown.stderr
+    bogus = bpq("predict", "oz", project / "tool1.c", "--bogus")
+    assert bogus.returncode == 2 and "--bogus" in bogus.stderr

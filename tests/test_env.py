@@ -222,3 +222,17 @@ def test_leaderboard_on_a_small_store(tmp_path):
     for r in rows:                                                # the budget, and the wall time, bound the two runs
         assert r["compilations"]["recommend_pipeline"] <= 2
         assert r["seconds"]["recommend_pipeline (same time)"] < 0.5 + 10   # one last batch may finish late
+
+
+def test_gymnasium_make_takes_the_arguments_make_takes():
+    """Issue 40 finding 7: gymnasium.make with a reward space and no observation space (as make() allows)."""
+    env = gymnasium.make("bpq/llvm-v0", benchmark=PROGRAM, reward_space="IrInstructionCountOz")
+    observation, info = env.reset()
+    assert observation is None and info["benchmark"].endswith("matmul.c")
+    observation, reward, terminated, truncated, _ = env.step(env.unwrapped.action_space.flags.index("-sroa"))
+    direct = make("llvm-v0", benchmark=PROGRAM, reward_space="IrInstructionCountOz")
+    direct.reset()
+    assert observation is None and reward > 0
+    assert reward == direct.step(direct.action_space.flags.index("-sroa"))[1]
+    env.close()
+    direct.close()

@@ -31,3 +31,30 @@ def test_package_docstring_example(monkeypatch):
     runner = doctest.DocTestRunner()
     runner.run(test)
     assert runner.failures == 0 and runner.tries >= 3
+
+
+def test_make_test_sets_up_only_when_a_build_input_changed(tmp_path):
+    """Issue 40 finding 7: `make test` reinstalled the package on every run (~44 s); setup now reruns only when
+    the native sources or the build and setup files change. Checked on a copy of the Makefile whose setup
+    script only counts its runs."""
+    import shutil
+    import subprocess
+    import time
+
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    for name in ("CMakeLists.txt", "pyproject.toml", "src/native/engine.cpp"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "setup.sh").write_text("mkdir -p .venv && echo ran >> setup-runs\n")
+
+    def setups():
+        subprocess.run(["make", "setup"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+        return (tmp_path / "setup-runs").read_text().count("ran")
+
+    assert setups() == 1
+    assert setups() == 1           # nothing changed: no reinstall
+    time.sleep(1.1)                # make compares modification times
+    (tmp_path / "src/native/engine.cpp").write_text("// changed")
+    assert setups() == 2
+    assert setups() == 2

@@ -20,7 +20,8 @@ from behavioral_pq.errors import CompileError
 
 PASSES_EPILOG = """\
 passes: catalog flags ("--passes='-sroa -gvn'" or "--passes=-sroa,-gvn"), catalog indices ("--passes 1,57"),
-Oz / O3, or a raw LLVM new-PM pipeline ("--passes 'function(sroa),gvn'").
+Oz / Os / O3 / O2 / O1 / O0 (O0: none; joins a program's files into one module), or a raw LLVM new-PM pipeline
+("--passes 'function(sroa),gvn'").
 Environment: BPQ_WORKERS (worker processes), BPQ_TIMEOUT (seconds per pipeline run), BPQ_DEBUG=1 (tracebacks).
 """
 
@@ -47,23 +48,27 @@ def parse_passes(text: str) -> str:
 
 def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: bool = False) -> None:
     """FILE... plus the flags a program needs. With ``several_modules`` each FILE is its own module (``embed``,
-    ``predict``); otherwise the files are one program, compiled and linked into one module."""
+    ``predict``) unless ``--link``, ``--compile-commands`` or ``--program`` make them one program; otherwise the
+    files are one program, compiled and linked into one module."""
     if several_modules:
-        parser.add_argument("files", metavar="FILE", nargs="+", help=".c/.cc/.cpp/.ll/.bc files, one module each")
+        parser.add_argument("files", metavar="FILE", nargs="*",
+                            help=".c/.cc/.cpp/.ll/.bc files, one module each (with --link: one program)")
     else:
         parser.add_argument("files", metavar="FILE", nargs="*",
                             help=".c/.cc/.cpp/.ll/.bc files of one program (several are compiled and linked)")
-    group = parser.add_argument_group("compiling C/C++")
+    group = parser.add_argument_group("compiling C/C++ and whole programs")
     group.add_argument("-I", dest="include", action="append", default=[], metavar="DIR", help="include folder")
     group.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]", help="macro")
     group.add_argument("--cflags", metavar="FLAGS", help="more clang flags, e.g. --cflags='-std=c11 -w'")
-    if not several_modules:
-        group.add_argument("--compile-commands", metavar="JSON",
-                           help="take the flags of each FILE from a compile_commands.json; with no FILE, every "
-                                "unit it lists, linked into one program")
-        group.add_argument("--program", metavar="NAME",
-                           help="with --compile-commands: the program whose main is in NAME (a file's path, name "
-                                "or stem) with the units it needs, as a static link or `bpq corpus link` finds them")
+    group.add_argument("--link", action="store_true",
+                       help="the FILEs are one program: compile and link them into one module"
+                            + ("" if several_modules else " (always so for this verb)"))
+    group.add_argument("--compile-commands", metavar="JSON",
+                       help="take the flags of each FILE from a compile_commands.json; with no FILE, every unit it "
+                            "lists, linked into one program" + (" (one module)" if several_modules else ""))
+    group.add_argument("--program", metavar="NAME",
+                       help="with --compile-commands: the program whose main is in NAME (a file's path, name "
+                            "or stem) with the units it needs, as a static link or `bpq corpus link` finds them")
     parser.add_argument("--no-cache", action="store_true",
                         help="measure spectra again instead of reading the spectrum cache (also: BPQ_NO_CACHE=1)")
 
@@ -121,6 +126,21 @@ def load_program(args):
     if not args.files:
         raise ValueError("give FILE (or --compile-commands JSON)")
     return load_module(args.files[0] if len(args.files) == 1 else list(args.files), flags=flags)
+
+
+def program_inputs(args) -> List[tuple]:
+    """``(label, input)`` pairs of a verb that takes many modules (``embed``, ``predict``): each FILE its own
+    module (the input is the path, loaded by the verb so that one failure does not stop the others), or one linked
+    program (the input is its Module) with ``--link``, ``--compile-commands`` or ``--program``."""
+    if getattr(args, "link", False) or getattr(args, "compile_commands", None) or getattr(args, "program", None):
+        if getattr(args, "link", False) and (args.compile_commands or args.program):
+            raise ValueError("--link joins FILEs; --compile-commands/--program take the program from a database: "
+                             "give one of them")
+        module = load_program(args)
+        return [(module.name, module)]
+    if not args.files:
+        raise ValueError("give FILE (or --link FILE..., or --compile-commands JSON [--program NAME])")
+    return [(str(f), str(f)) for f in args.files]
 
 
 def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:

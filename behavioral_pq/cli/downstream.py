@@ -13,6 +13,7 @@ from behavioral_pq.cli.common import (
     check_output_folder,
     error_line,
     program_flags,
+    program_inputs,
 )
 
 PREDICT_EPILOG = """\
@@ -20,6 +21,8 @@ examples:
   bpq predict best-pass prog.c            # the 5 most likely best next passes, with probabilities
   bpq predict best-pass prog.ll -k 10 --json
   bpq predict oz prog.c                   # predicted share of instructions -Oz removes
+  bpq predict oz --link main.c util.c     # one program: the files compiled and linked into one module
+  bpq predict oz --compile-commands build/compile_commands.json --program minigzip
 
 The shipped predictors sit on the shipped encoder; a predictor trained on another encoder needs it:
   bpq predict oz prog.c --predictor my-oz --checkpoint my-encoder
@@ -61,12 +64,13 @@ def cmd_predict(args) -> int:
     from behavioral_pq.tasks.predictors import load_predictor, predict_best_pass, predict_oz_benefit
 
     kind = "best-pass" if args.target == "best-pass" else "oz-benefit"
+    inputs = program_inputs(args)
     predictor = load_predictor(args.predictor, kind=kind, encoder=_encoder(args))
     flags = program_flags(args)
     results, errors = [], []
-    for path in args.files:
+    for path, item in inputs:
         try:
-            module = load_module(path, flags=flags)
+            module = load_module(item, flags=flags)
             if kind == "best-pass":
                 value = [p._asdict() for p in predict_best_pass(module, args.k, predictor=predictor)]
             else:

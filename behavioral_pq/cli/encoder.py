@@ -15,6 +15,7 @@ from behavioral_pq.cli.common import (
     check_output_folder,
     error_line,
     program_flags,
+    program_inputs,
     save_array,
 )
 
@@ -23,6 +24,8 @@ examples:
   bpq embed prog.c                          # a short summary per module
   bpq embed a.ll b.bc c.c -o emb.npy        # float32 (N, D), row i for the i-th FILE (NaN if it failed)
   bpq embed prog.c --json                   # [{"file": ..., "embedding": [...]}]
+  bpq embed --link main.c util.c            # one program: the files compiled and linked into one module
+  bpq embed --compile-commands build/compile_commands.json --program minigzip   # one program of a project
   bpq embed prog.c --checkpoint runs/p1/encoder --pooling cls
 
 A FILE that cannot be embedded is reported on stderr; the others still are (exit status 1; 2 when no FILE
@@ -47,18 +50,21 @@ def cmd_embed(args) -> int:
     from behavioral_pq.embedding.encoder import load_encoder
 
     output = check_output(args.output, args.overwrite)
+    inputs = program_inputs(args)
+    names = [name for name, _ in inputs]
     encoder = load_encoder(args.checkpoint, pooling=args.pooling)
-    batch = encoder.embed_batch(args.files, workers=args.workers, progress=len(args.files) > 1 and not args.quiet,
-                                flags=program_flags(args), sample_above=None if args.exact else args.sample_above)
+    batch = encoder.embed_batch([item for _, item in inputs], workers=args.workers,
+                                progress=len(inputs) > 1 and not args.quiet, flags=program_flags(args),
+                                sample_above=None if args.exact else args.sample_above)
     vectors, errors = batch.embeddings, batch.errors
-    for file, error in zip(args.files, errors):
+    for file, error in zip(names, errors):
         if error is not None:
             print(error_line(error, file), file=sys.stderr)
-    for file, lost in zip(args.files, batch.degraded):
+    for file, lost in zip(names, batch.degraded):
         if lost:
             print(f"bpq: warning: {file}: measured without {len(lost)} pass(es) that crash LLVM on it: "
                   + ", ".join(f"probe {d.probe} {d.removed}" for d in lost), file=sys.stderr)
-    for file, share in zip(args.files, batch.sampled):
+    for file, share in zip(names, batch.sampled):
         if share is not None and not args.quiet:
             print(f"bpq: note: {file}: large module, spectrum measured on a function sample holding {share:.0%} of "
                   "its instructions (--exact measures it whole)", file=sys.stderr)
@@ -66,13 +72,13 @@ def cmd_embed(args) -> int:
         save_array(output, vectors)
     if args.json:
         print(json.dumps([{"file": f, "embedding": None if e is not None else v.tolist()}
-                          for f, v, e in zip(args.files, vectors, errors)]))
+                          for f, v, e in zip(names, vectors, errors)]))
     elif not args.output:
-        for file, v, e in zip(args.files, vectors, errors):
+        for file, v, e in zip(names, vectors, errors):
             if e is None:
                 print(f"{file}: D={len(v)} norm={np.linalg.norm(v):.3f} [{', '.join(f'{x:.3f}' for x in v[:6])}, ...]")
     elif not args.quiet:
-        print(f"{len(args.files) - sum(e is not None for e in errors)} of {len(args.files)} embedded "
+        print(f"{len(names) - sum(e is not None for e in errors)} of {len(names)} embedded "
               f"-> {args.output} (float32 {vectors.shape})", file=sys.stderr)
     return batch_exit_code(errors)
 

@@ -49,9 +49,9 @@ examples:
 Objectives. size (default): -Oz passes (or --passes / --auto-passes) in target mode for the CPU the module was
 compiled for (--cpu to choose one), llc -O2; it minimizes code size (IR instructions, then .text bytes). speed: target-mode -O3 for the host CPU and for
 the CPU the module was compiled for, with and without FMA contraction, llc -O3; each build that passes the
-check is run (a program: with --run-args, median of --runs runs) and the fastest is kept. --auto-passes picks
-the pass list that minimizes IR instructions (the ir-count objective of the program library), then compiles
-it for the target. --target measure compiles with no target machine (as labels and spectra are measured).
+check is run (a program: with --run-args, median of --runs runs) and the fastest is kept. --auto-passes searches
+for the pass list that minimizes the .text bytes of the compiled object (each candidate is compiled for the target
+and measured; with --target measure, IR instructions: the ir-count objective of the program library). --target measure compiles with no target machine (as labels and spectra are measured).
 
 A module with main becomes an executable whose output is checked against the unoptimized module's; any other
 module becomes an object file (-o prog.o).
@@ -351,7 +351,9 @@ def add_parsers(sub) -> None:
     add_program_arguments(p)
     p.add_argument("--objective", choices=("size", "speed"), default="size",
                    help="what to minimize: code size (default) or run time (see below)")
-    p.add_argument("--auto-passes", action="store_true", help="passes recommended from the embedding")
+    p.add_argument("--auto-passes", action="store_true",
+                   help="search for the passes that give the smallest .text (IR instructions with --target "
+                        "measure), starting from the embedding's nearest library programs")
     p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
     p.add_argument("--passes", help="passes to run instead (default Oz)")
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")

@@ -28,6 +28,8 @@ from behavioral_pq.env.llvm import (
 )
 
 if "bpq/llvm-v0" not in gymnasium.registry:
-    gymnasium.register(id="bpq/llvm-v0", entry_point="behavioral_pq.env.llvm:LlvmEnv")
+    # As in CompilerGym, an environment may have no observation space (step then observes None): Gymnasium's
+    # passive checker would refuse that, so gymnasium.make takes the same arguments as make().
+    gymnasium.register(id="bpq/llvm-v0", entry_point="behavioral_pq.env.llvm:LlvmEnv", disable_env_checker=True)
 
 __all__ = ["ActionSpace", "EnvState", "LlvmEnv", "OBSERVATION_SPACES", "REWARD_SPACES", "StoreBenchmarks", "make"]
