@@ -128,6 +128,17 @@ def test_a_folder_that_takes_no_files_is_refused_before_any_work(tmp_path, verb,
     assert error_lines(done) == [f"bpq: error: {path}: cannot write there: {why}"]
 
 
+def test_an_output_under_a_file_or_in_place_of_a_folder_is_refused_with_the_reason(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-folder").mkdir()
+    for out, why in ((tmp_path / "a-file" / "x.ll", f"cannot write there: {tmp_path / 'a-file'} is not a folder"),
+                     (tmp_path / "a-folder", "is a folder (give a file name)")):
+        done = bpq_cli(*WRITERS["optimize"], "-o", out)
+        assert done.returncode == 2
+        assert error_lines(done) == [f"bpq: error: {out}: {why}"]
+    assert (tmp_path / "a-file").read_text() == "x" and not os.listdir(tmp_path / "a-folder")
+
+
 @pytest.mark.parametrize("args, out, why", [
     (("pretrain", "missing-store"), "/sys/run", "cannot write there: /sys takes no new files (Permission denied)"),
     (("corpus", "generate", "--csmith", "1"), "/proc/csmith",

@@ -57,7 +57,7 @@ def check_output_file(path: PathLike, *, overwrite: bool = False) -> Path:
         target = Path(os.path.realpath(given))
     try:
         mode = os.stat(target).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):   # new, or its folder is refused below
         mode = None
     except OSError as exc:   # a link loop, a folder that cannot be searched
         raise PermissionError(f"{given}: cannot write there ({exc.strerror})") from None
