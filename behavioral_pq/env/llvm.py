@@ -10,6 +10,7 @@ TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import random
 import re
@@ -54,6 +55,21 @@ class ActionSpace(spaces.Discrete):
 
     def to_string(self, actions: Sequence[int]) -> str:
         return " ".join(self.flags[a] for a in actions)
+
+
+def _action(action) -> int:
+    """``action`` as a pass index: an integer (Python, numpy, anything with ``__index__``) in 0..123. A bool, a
+    float or a string is refused with a TypeError, never rounded or parsed (1.7 is not pass 1)."""
+    if isinstance(action, (bool, np.bool_)):
+        raise TypeError(f"an action is an integer in 0..{len(PASSES) - 1}, not the bool {action!r}")
+    try:
+        index = operator.index(action)
+    except TypeError:
+        raise TypeError(f"an action is an integer in 0..{len(PASSES) - 1}, not {type(action).__name__} "
+                        f"{action!r}") from None
+    if not 0 <= index < len(PASSES):
+        raise ValueError(f"action {index} is not in 0..{len(PASSES) - 1}")
+    return index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,10 +242,7 @@ class LlvmEnv(gymnasium.Env):
         observation and reward are lists in that order (as CompilerGym's ``observation_spaces`` /
         ``reward_spaces``)."""
         self._require_reset()
-        actions = [int(a) for a in actions]
-        for a in actions:
-            if not 0 <= a < len(PASSES):
-                raise ValueError(f"action {a} is not in 0..{len(PASSES) - 1}")
+        actions = [_action(a) for a in actions]
         rewards = list(reward_spaces) if reward_spaces is not None else (
             [self.reward_space_name] if self.reward_space_name else [])
         before = {r: self._reward_metric(r, self._module) for r in rewards}
