@@ -29,7 +29,7 @@ from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, 
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, needs_cxx_runtime, run_tool, text_size
-from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
+from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, csmith_program
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.spectrum import spectrum
@@ -157,7 +157,7 @@ def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Modul
         with tempfile.TemporaryDirectory(prefix="bpq-gen-") as tmp:
             if kind == "csmith":
                 source = Path(tmp) / f"csmith-{seed}.c"
-                source.write_bytes(run_tool([find_csmith(), "--seed", str(seed)], timeout=60).stdout)
+                source.write_bytes(csmith_program(seed))
                 module = load_module(source, flags=[f"-I{CSMITH_INCLUDE}", "-w"], engine=engine)
             else:
                 data = run_tool([find_tool("llvm-stress"), f"--seed={seed}", "--size=50"]).stdout
