@@ -150,12 +150,15 @@ class SpectrumCache:
 
     def _open_folder(self, name: str, create: bool) -> Optional[int]:
         """A descriptor of the subfolder ``name``, opened without following a link, or None when there is no
-        real folder of that name. ``create``: make it, replacing a link or a file of that name."""
+        real folder of that name. ``create``: make it, replacing a link or a file of that name (never None; an
+        OSError when that fails)."""
         if create:
             self.directory.mkdir(parents=True, exist_ok=True)
         try:
             top = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
+            if create:
+                raise
             return None
         try:
             for _ in range(3):   # other writers may fix the same folder at the same time
