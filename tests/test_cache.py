@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -140,3 +142,106 @@ def test_processes_share_the_cache_and_the_cli_can_skip_it(tmp_path):
     skipped = spectrum("--no-cache")
     assert json.loads(skipped.stdout)["spectrum"] == outputs[0]
     assert entries[0].stat().st_mtime_ns == stamp - 10**9          # --no-cache neither read nor wrote it
+
+
+# -- the folder is not trusted: links, FIFOs, empty and oversized entries (issue 41)
+
+ROWS = np.arange(3 * 56, dtype=np.int64).reshape(3, 56)   # (P + 1, 56) rows of two probes
+
+
+def entry_of(cache, sha):
+    return cache._path(cache.key(sha, "probes"))
+
+
+def test_an_empty_or_short_entry_is_dropped_and_measured_again(engine, modules, tmp_path):
+    cache = SpectrumCache(tmp_path / "cache")
+    probes = random_probes(2, 2, seed=0)
+    expected = spectra(modules[:1], probes, engine=engine, cache=cache).spectra
+    (entry,) = (tmp_path / "cache").glob("??/*.npy")
+    whole = entry.read_bytes()
+    for content in (b"", whole[:200]):
+        entry.write_bytes(content)
+        counting = CountingEngine(engine)
+        for _ in range(2):   # measured again once, then read from the rewritten entry
+            np.testing.assert_array_equal(spectra(modules[:1], probes, engine=counting, cache=cache).spectra,
+                                          expected)
+        assert counting.measured == 1
+        assert entry.read_bytes() == whole
+
+
+def test_an_entry_that_is_a_link_is_neither_read_through_nor_touched(tmp_path):
+    cache = SpectrumCache(tmp_path / "cache")
+    cache.put("a" * 64, "probes", ROWS)
+    entry = entry_of(cache, "a" * 64)
+    poison = tmp_path / "poison.npy"
+    np.save(poison, np.full((3, 56), 7, np.int32))
+    os.utime(poison, (1000, 1000))
+    entry.unlink()
+    entry.symlink_to(poison)
+    assert cache.get("a" * 64, "probes", 2) is None
+    assert not entry.is_symlink() and not entry.exists()            # the link went, not its target
+    assert poison.stat().st_mtime == 1000 and np.load(poison)[0, 0] == 7
+    cache.put("a" * 64, "probes", ROWS)
+    np.testing.assert_array_equal(cache.get("a" * 64, "probes", 2), ROWS)
+
+
+def test_a_subfolder_that_is_a_link_is_not_read_nor_written_through(tmp_path):
+    cache = SpectrumCache(tmp_path / "cache")
+    key = cache.key("b" * 64, "probes")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    np.save(outside / f"{key}.npy", np.full((3, 56), 7, np.int32))   # a poisoned entry behind the link
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / key[:2]).symlink_to(outside)
+    assert cache.get("b" * 64, "probes", 2) is None
+    writers = [threading.Thread(target=cache.put, args=("b" * 64, "probes", ROWS)) for _ in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert os.listdir(outside) == [f"{key}.npy"] and np.load(outside / f"{key}.npy")[0, 0] == 7
+    assert (tmp_path / "cache" / key[:2]).is_dir() and not (tmp_path / "cache" / key[:2]).is_symlink()
+    assert os.listdir(tmp_path / "cache" / key[:2]) == [f"{key}.npy"]   # one entry, no temporaries left
+    np.testing.assert_array_equal(cache.get("b" * 64, "probes", 2), ROWS)
+
+
+def test_pruning_does_not_follow_a_linked_subfolder(tmp_path):
+    cache = SpectrumCache(tmp_path / "cache", max_bytes=1 << 20)
+    cache.put("c" * 64, "probes", ROWS)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for i in range(3):
+        np.save(outside / f"{i:064x}.npy", np.zeros((3, 56), np.int32))
+    (tmp_path / "cache" / "zz").symlink_to(outside)
+    assert cache.size() == entry_of(cache, "c" * 64).stat().st_size
+    assert SpectrumCache(tmp_path / "cache", max_bytes=1).prune() == 1
+    assert not entry_of(cache, "c" * 64).exists()
+    assert len(os.listdir(outside)) == 3
+
+
+@pytest.mark.timeout(20)
+def test_an_entry_that_is_a_fifo_does_not_hang_and_is_dropped(tmp_path):
+    cache = SpectrumCache(tmp_path / "cache")
+    cache.put("d" * 64, "probes", ROWS)
+    entry = entry_of(cache, "d" * 64)
+    entry.unlink()
+    os.mkfifo(entry)
+    assert cache.get("d" * 64, "probes", 2) is None
+    assert not entry.exists()
+
+
+def test_an_oversized_entry_is_dropped_without_being_read(tmp_path):
+    cache = SpectrumCache(tmp_path / "cache")
+    cache.put("e" * 64, "probes", ROWS)
+    entry = entry_of(cache, "e" * 64)
+    with open(entry, "wb") as f:   # a valid header for 64 MiB of rows, sparse on disk
+        np.lib.format.write_array_header_1_0(f, {"descr": "<i4", "fortran_order": False, "shape": (300_000, 56)})
+        f.truncate(f.tell() + 300_000 * 56 * 4)
+    tracemalloc.start()
+    try:
+        assert cache.get("e" * 64, "probes", 2) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert not entry.exists()

@@ -473,6 +473,19 @@ def test_csmith_generation_is_reproducible_and_builds(tmp_path):
     assert all(n > 50 for n in Corpus(tmp_path / "s").modules().column("instruction_count").to_pylist())
 
 
+def test_two_csmith_seeds_never_name_one_program(engine):
+    """Csmith reads every seed above 2^64 - 1 as 2^64 - 1: such a seed is refused, not given that program."""
+    from behavioral_pq.corpus.csmith import CSMITH_MAX_SEED, csmith_program
+    from behavioral_pq.env.llvm import load_benchmark
+
+    assert b"Seed:      18446744073709551615" in csmith_program(CSMITH_MAX_SEED, ["--max-funcs", "1"])
+    for seed in (CSMITH_MAX_SEED + 1, CSMITH_MAX_SEED + 2, -1, True, 1.5):
+        with pytest.raises(CorpusError, match="not an integer in 0..18446744073709551615"):
+            csmith_program(seed)
+    with pytest.raises(CorpusError, match="csmith seed 18446744073709551617 "):
+        load_benchmark("generator://csmith-v0/18446744073709551617", engine)
+
+
 def test_writing_to_a_store_of_another_llvm_version_is_refused(tmp_path):
     store = CorpusStore(tmp_path / "s", create=True)
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())

@@ -72,6 +72,26 @@ def test_batch_with_crash_and_hang_completes_the_rest(tmp_path, workers, threads
     assert not features[[1, 2]].any()
 
 
+def test_a_tree_timeout_can_fail_its_whole_root(tmp_path, examples):
+    """timeout_fails_root (what a spectrum asks): the root that ran past the limit fails whole and its other
+    subtrees are not run; the other roots complete. Without it the rest of the root's tree is measured."""
+    big = big_straight_line_module(tmp_path)
+    parents = [-1, -1, 1, -2, -1]            # root 0: nodes 0, 1 -> 2, 4; root 1: node 3
+    edges = [SLOW, "function(sroa)", "function(instcombine<no-verify-fixpoint>)", "function(sroa)", "function(sroa)"]
+    for fails_root in (False, True):
+        with Engine(workers=1, timeout=1.0) as engine:
+            features, _, errors = engine.autophase_tree([big.bitcode, examples["sum_array"].bitcode], parents,
+                                                        edges, names=["big", "small"],
+                                                        timeout_fails_root=fails_root)
+            assert engine.restarts == 1
+        assert isinstance(errors[0], PassTimeoutError) and errors[0].module == "big"
+        assert errors[3] is None and features[3].any()
+        if fails_root:
+            assert all(errors[n] is errors[0] for n in (1, 2, 4)) and not features[[0, 1, 2, 4]].any()
+        else:
+            assert errors[1] is None and errors[2] is None and errors[4] is None and features[[1, 2, 4]].any(1).all()
+
+
 def test_spectra_reports_failures_and_keeps_the_rest(examples):
     probes = ProbeSet("crashy", (("-sroa",), ("-mem2reg", "-loop-rotate")))
     good = bpq.load_module(DATA / "autophase" / "switch_dup.ll")

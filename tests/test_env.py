@@ -236,3 +236,25 @@ def test_gymnasium_make_takes_the_arguments_make_takes():
     assert reward == direct.step(direct.action_space.flags.index("-sroa"))[1]
     env.close()
     direct.close()
+
+
+def test_actions_that_are_not_integers_are_refused_not_converted():
+    env = make("llvm-v0", benchmark=PROGRAM)
+    env.reset()
+    for action in (1.7, "5", True, np.float64(2.0), np.bool_(False), None):
+        with pytest.raises(TypeError, match="an action is an integer in 0..123"):
+            env.step(action)
+    with pytest.raises(TypeError, match="not str '5'"):
+        env.multistep([2, "5"])
+    assert env.actions == []                                    # a refused list applies none of its actions
+    env.step(np.int64(5))
+    env.multistep([np.uint8(3), 7])
+    assert env.actions == [5, 3, 7] and all(type(a) is int for a in env.actions)
+    gym_env = compiler_gym.make("llvm-v0", benchmark=PROGRAM)
+    gym_env.reset()
+    with pytest.raises(TypeError, match="not float 1.7"):
+        gym_env.step(1.7)
+    gym_env.step(np.int32(5))
+    assert gym_env.actions == [5]
+    env.close()
+    gym_env.close()

@@ -1,6 +1,10 @@
 """Spectra: the formula, shape and dtype, consistency with optimize(), determinism across runs and workers."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +14,7 @@ from behavioral_pq.core.catalog import sequence_pipeline
 from behavioral_pq.core.engine import Engine
 from behavioral_pq.embedding.probes import ProbeSet, random_probes
 from behavioral_pq.embedding.spectrum import log_relative, spectra
-from behavioral_pq.errors import ProbeSetError
+from behavioral_pq.errors import PassTimeoutError, ProbeSetError
 
 
 def test_log_relative_formula_and_clamp():
@@ -193,3 +197,41 @@ def test_spectra_through_the_trie_equal_each_probe_run_whole(examples, engine):
     whole, errors = engine.autophase_after([m.bitcode for m in modules], probes.pipelines())
     assert batch.ok.all() and errors == [None] * len(modules)
     np.testing.assert_array_equal(batch.autophase, whole)
+
+
+def straight_line_ir(instructions: int) -> str:
+    """IR of one straight-line function of about ``instructions`` loads, adds and stores (a generated-code shape
+    whose probes take time in proportion to its size: about 0.1 ms per instruction and probe)."""
+    lines = ["define i32 @huge(ptr %p, i32 %x) {", "entry:"]
+    previous = "%x"
+    for i in range(instructions // 4):
+        lines += [f"  %g{i} = getelementptr inbounds i32, ptr %p, i64 {i % 1024}",
+                  f"  %l{i} = load i32, ptr %g{i}, align 4",
+                  f"  %a{i} = {('add', 'mul', 'xor', 'sub')[i % 4]} i32 %l{i}, {previous}",
+                  f"  store i32 %a{i}, ptr %g{i}, align 4"]
+        previous = f"%a{i}"
+    return "\n".join(lines + [f"  ret i32 {previous}", "}"]) + "\n"
+
+
+def test_a_module_past_the_timeout_costs_one_timeout_and_says_so(examples, tmp_path):
+    """A function too big for the per-pipeline limit: the spectrum stops at its first timeout (it went on with
+    every other probe, then again probe by probe, each one a timeout: 23 workers killed here, 36 s)."""
+    (tmp_path / "huge.ll").write_text(straight_line_ir(30_000))
+    huge = bpq.load_module(tmp_path / "huge.ll")
+    with Engine(workers=1, timeout=1.0) as engine:
+        batch = spectra([huge, examples["sum_array"]], engine=engine, cache=False)
+        assert engine.restarts == 1                      # one worker killed, once
+    error = batch.errors[0]
+    assert isinstance(error, PassTimeoutError) and error.module == "huge.ll"
+    assert f"huge.ll: probe {error.pipeline_index} ran past 1 s on its 30001 instructions" in str(error)
+    assert np.isnan(batch.spectra[0]).all() and batch.errors[1] is None and np.isfinite(batch.spectra[1]).all()
+
+
+def test_the_cli_reports_a_timeout_in_one_line(tmp_path):
+    (tmp_path / "huge.ll").write_text(straight_line_ir(30_000))
+    env = dict(os.environ, BPQ_TIMEOUT="1", BPQ_WORKERS="1", BPQ_NO_CACHE="1")
+    done = subprocess.run([sys.executable, "-m", "behavioral_pq", "spectrum", str(tmp_path / "huge.ll")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1 and done.stdout == ""
+    assert re.fullmatch(r"bpq: error: huge\.ll: probe \d+ ran past 1 s on its 30001 instructions and was killed "
+                        r"\(BPQ_TIMEOUT sets the limit per pipeline\)\n", done.stderr)

@@ -367,7 +367,8 @@ class Engine:
             return [self._after_task(bitcodes, pipelines, rest, task.first_pipeline, task.pipeline_count)]
 
         tasks = self._plan(bitcodes, pipelines)
-        self._execute(tasks, on_reply, on_failure, skip=lambda t: all(errors[m] is not None for m in t.modules))
+        self._execute(tasks, on_reply, on_failure,
+                      revise=lambda t: None if all(errors[m] is not None for m in t.modules) else t)
         for m, error in enumerate(errors):
             if error is not None:
                 features[m] = 0
@@ -376,6 +377,7 @@ class Engine:
     def autophase_tree(self, roots: Sequence[bytes], parents: Sequence[int], edges: Sequence[str], *,
                        wanted: Optional[Sequence[bool]] = None, keep: Optional[Sequence[bool]] = None,
                        names: Optional[Sequence[str]] = None, progress: Optional[Callable[[int], None]] = None,
+                       timeout_fails_root: bool = False,
                        ) -> Tuple[np.ndarray, Dict[int, bytes], List[Optional[BPQError]]]:
         """Evaluate pass sequences that share prefixes as a tree (the probe search's hot loop).
 
@@ -388,12 +390,16 @@ class Engine:
             keep: nodes whose bitcode is returned (default: none).
             names: one name per root, for error messages.
             progress: called with the number of nodes each finished task evaluated.
+            timeout_fails_root: a timeout fails every node of its root, and the root's nodes not yet run are
+                skipped (for callers that need all of a root's nodes, as a spectrum does: a module that
+                ran past the limit once then costs one timeout, not one per subtree).
 
         Returns:
             features: int64 (K, 56), zero where not wanted or failed.
             kept: {node: bitcode} for kept nodes that succeeded.
             errors: K entries, None or the error of the node (a failed node fails its subtree; a crash or
-                timeout is charged to the node that was running and the rest of its tree is retried).
+                timeout is charged to the node that was running and the rest of its tree is retried, but
+                see ``timeout_fails_root``).
         """
         k = len(parents)
         if len(edges) != k:
@@ -463,9 +469,21 @@ class Engine:
                     return [task_for([n for n in task.nodes if root_of[n] == r], threads=1) for r in task.modules]
                 culprit = (0, 0)
             node = task.nodes[culprit[1]]
-            fail(node, self._engine_error(worker, timed_out, names[root_of[node]], edges[node], node))
+            error = self._engine_error(worker, timed_out, names[root_of[node]], edges[node], node)
+            fail(node, error)
+            if timed_out and timeout_fails_root:
+                for n in range(k):
+                    if root_of[n] == root_of[node]:
+                        errors[n] = errors[n] or error
             rest = [n for n in task.nodes if errors[n] is None]
             return [task_for(rest)] if rest else []
+
+        def without_failed(task: _Task) -> Optional[_Task]:
+            # a queued task's nodes fail only through timeout_fails_root, a whole root at a time
+            live = [n for n in task.nodes if errors[n] is None]
+            if len(live) == len(task.nodes):
+                return task
+            return task_for(live, threads=task.request[-1]) if live else None
 
         # Units of work are the subtrees under each root's first nodes; they go into tasks of similar cost
         # (root bitcode size x pipeline text below), so a large module's tree spreads over the workers.
@@ -492,7 +510,7 @@ class Engine:
             for task in tasks:
                 on_reply(task, ("ok", native.autophase_tree(*task.request[1:])))
         else:
-            self._execute(tasks, on_reply, on_failure)
+            self._execute(tasks, on_reply, on_failure, revise=without_failed)
         for i, error in enumerate(errors):
             if error is not None:
                 features[i] = 0
@@ -571,16 +589,17 @@ class Engine:
             raise failure[0]
         return result[0]
 
-    def _execute(self, tasks: List[_Task], on_reply, on_failure, skip=lambda task: False) -> None:
-        """Run tasks on the pool until all have a reply or a failure; failures may return tasks to retry."""
+    def _execute(self, tasks: List[_Task], on_reply, on_failure, revise=lambda task: task) -> None:
+        """Run tasks on the pool until all have a reply or a failure; failures may return tasks to retry.
+        ``revise`` sees each task as it is about to start and returns it, a smaller task, or None to skip it."""
         with self._lock:
             queue: Deque[_Task] = deque(tasks)
             busy: Dict[int, _Worker] = {}
             try:
                 while queue or busy:
                     while queue:
-                        task = queue.popleft()
-                        if skip(task):
+                        task = revise(queue.popleft())
+                        if task is None:
                             continue
                         worker = self._idle_worker(busy)
                         if worker is None:

@@ -13,14 +13,17 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 from behavioral_pq.artifacts import write_bytes_atomic, write_json_atomic
 from behavioral_pq.core.toolchain import run_tool
-from behavioral_pq.errors import ToolError, ToolNotFoundError, ToolTimeoutError
+from behavioral_pq.errors import CorpusError, ToolError, ToolNotFoundError, ToolTimeoutError
 
 #: Where Debian's libcsmith-dev puts csmith.h.
 CSMITH_INCLUDE = "/usr/include/csmith"
+#: The largest Csmith seed: ``--seed`` is an unsigned long, and Csmith reads any larger (or negative) number as
+#: this one, so two such seeds would name one program.
+CSMITH_MAX_SEED = 2 ** 64 - 1
 
 
 def find_csmith() -> str:
@@ -34,6 +37,15 @@ def find_csmith() -> str:
 def csmith_version() -> str:
     out = run_tool([find_csmith(), "--version"], timeout=30).stdout.decode(errors="replace")
     return " ".join(out.split())
+
+
+def csmith_program(seed: int, options: Sequence[str] = (), *, timeout: float = 60.0) -> bytes:
+    """The C program Csmith writes for ``seed`` (0..:data:`CSMITH_MAX_SEED`) and ``options``; a seed outside that
+    range raises a CorpusError instead of giving the program of another seed."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= CSMITH_MAX_SEED:
+        raise CorpusError(f"csmith seed {seed!r} is not an integer in 0..{CSMITH_MAX_SEED} (2^64 - 1): csmith "
+                          f"reads every larger seed as {CSMITH_MAX_SEED}")
+    return run_tool([find_csmith(), "--seed", str(seed), *options], timeout=timeout).stdout
 
 
 def _options(rng: random.Random) -> List[str]:
@@ -54,7 +66,7 @@ def generate_csmith(count: int, out: os.PathLike, *, seed: int = 0, timeout: flo
         raise ValueError("count must be >= 0")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    csmith = find_csmith()
+    find_csmith()   # no csmith: one error before any work
     rng = random.Random(seed)
     programs, failures = [], []
     from tqdm.auto import tqdm
@@ -67,7 +79,7 @@ def generate_csmith(count: int, out: os.PathLike, *, seed: int = 0, timeout: flo
         path = out / name
         if not path.exists():
             try:
-                text = run_tool([csmith, "--seed", str(program_seed), *options], timeout=timeout).stdout
+                text = csmith_program(program_seed, options, timeout=timeout)
             except (ToolError, ToolTimeoutError) as exc:
                 failures.append(dict(entry, error=str(exc)))
                 continue

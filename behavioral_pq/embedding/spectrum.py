@@ -12,9 +12,9 @@ from behavioral_pq.core.catalog import sequence_pipeline
 from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.module import Module, ModuleLike, load_module
 from behavioral_pq.embedding.cache import SpectrumCache, default_cache
-from behavioral_pq.embedding.probes import ProbeSet, load_probes
+from behavioral_pq.embedding.probes import ProbeSet, ProbeTrie, load_probes
 from behavioral_pq.embedding.sampling import SAMPLE_BUDGET, sample_functions
-from behavioral_pq.errors import BPQError, PassCrashError
+from behavioral_pq.errors import BPQError, PassCrashError, PassTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +219,10 @@ def _measure(engine: Engine, modules: Sequence[Module], probe_set: ProbeSet,
              progress: Optional[Callable[[int], None]] = None) -> Tuple[np.ndarray, List[Optional[BPQError]]]:
     """Autophase rows int64 (N, P + 1, 56) of ``modules`` (row 0 as given) and their errors, the probes run as a
     prefix tree (:meth:`ProbeSet.trie`). A module with a failed node is measured again probe by probe, so that
-    its error names the probe (``PassCrashError.pipeline_index``) as the crash path expects."""
+    its error names the probe (``PassCrashError.pipeline_index``) as the crash path expects; but a module that
+    ran past the engine's timeout once stops there: running its other probes, then each probe again, costs one
+    timeout each (a 100,000-instruction function with ``BPQ_TIMEOUT=3`` ran into 28 of them, 85 s, where stopping
+    at the first takes 7 s)."""
     trie = probe_set.trie()
     k = len(trie.parents) + 1                      # node 0 of each module: a no-op, the module as given
     edges = ["function(no-op-function)"] + [sequence_pipeline(e) for e in trie.edges]
@@ -232,15 +235,39 @@ def _measure(engine: Engine, modules: Sequence[Module], probe_set: ProbeSet,
         for node in trie.probe_nodes:
             wanted[base + 1 + node] = True
     values, _, node_errors = engine.autophase_tree([m.bitcode for m in modules], parents, all_edges, wanted=wanted,
-                                                   names=[m.name for m in modules], progress=progress)
+                                                   names=[m.name for m in modules], progress=progress,
+                                                   timeout_fails_root=True)
     rows = [0] + [1 + node for node in trie.probe_nodes]
     features = values.reshape(len(modules), k, -1)[:, rows, :]
     errors: List[Optional[BPQError]] = [None] * len(modules)
     for m, module in enumerate(modules):
-        if any(e is not None for e in node_errors[m * k:(m + 1) * k]):
+        failed = [e for e in node_errors[m * k:(m + 1) * k] if e is not None]
+        timeout = next((e for e in failed if isinstance(e, PassTimeoutError)), None)
+        if timeout is not None:
+            node = timeout.pipeline_index - m * k - 1 if timeout.pipeline_index is not None else None
+            features[m], errors[m] = 0, _timeout_error(module, trie, timeout, node, engine.timeout)
+        elif failed:
             again, found = engine.autophase_after([module.bitcode], probe_set.pipelines(), names=[module.name])
             features[m], errors[m] = again[0], found[0]
     return features, errors
+
+
+def _timeout_error(module: Module, trie: ProbeTrie, error: PassTimeoutError, node: Optional[int],
+                   limit: float) -> PassTimeoutError:
+    """The tree's timeout restated for the module, naming the first probe through the trie ``node`` that ran past
+    ``limit`` seconds (``pipeline_index``; None when it was node -1, the module as given)."""
+    probe = None
+    for i, end in enumerate(trie.probe_nodes):
+        n = end
+        while n >= 0 and n != node:
+            n = trie.parents[n]
+        if node is not None and node >= 0 and n == node:
+            probe = i
+            break
+    where = f"probe {probe}" if probe is not None else "measuring it"
+    return PassTimeoutError(f"{module.name}: {where} ran past {limit:g} s on its {module.instruction_count} "
+                            f"instructions and was killed (BPQ_TIMEOUT sets the limit per pipeline)",
+                            module=module.name, pipeline=error.pipeline, pipeline_index=probe)
 
 
 def _crashes(engine: Engine, module: Module, passes: Sequence[str]) -> bool:

@@ -10,6 +10,7 @@ TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import random
 import re
@@ -28,7 +29,7 @@ from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, 
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, needs_cxx_runtime, run_tool, text_size
-from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, find_csmith
+from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, csmith_program
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.spectrum import spectrum
@@ -54,6 +55,21 @@ class ActionSpace(spaces.Discrete):
 
     def to_string(self, actions: Sequence[int]) -> str:
         return " ".join(self.flags[a] for a in actions)
+
+
+def _action(action) -> int:
+    """``action`` as a pass index: an integer (Python, numpy, anything with ``__index__``) in 0..123. A bool, a
+    float or a string is refused with a TypeError, never rounded or parsed (1.7 is not pass 1)."""
+    if isinstance(action, (bool, np.bool_)):
+        raise TypeError(f"an action is an integer in 0..{len(PASSES) - 1}, not the bool {action!r}")
+    try:
+        index = operator.index(action)
+    except TypeError:
+        raise TypeError(f"an action is an integer in 0..{len(PASSES) - 1}, not {type(action).__name__} "
+                        f"{action!r}") from None
+    if not 0 <= index < len(PASSES):
+        raise ValueError(f"action {index} is not in 0..{len(PASSES) - 1}")
+    return index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +157,7 @@ def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Modul
         with tempfile.TemporaryDirectory(prefix="bpq-gen-") as tmp:
             if kind == "csmith":
                 source = Path(tmp) / f"csmith-{seed}.c"
-                source.write_bytes(run_tool([find_csmith(), "--seed", str(seed)], timeout=60).stdout)
+                source.write_bytes(csmith_program(seed))
                 module = load_module(source, flags=[f"-I{CSMITH_INCLUDE}", "-w"], engine=engine)
             else:
                 data = run_tool([find_tool("llvm-stress"), f"--seed={seed}", "--size=50"]).stdout
@@ -226,10 +242,7 @@ class LlvmEnv(gymnasium.Env):
         observation and reward are lists in that order (as CompilerGym's ``observation_spaces`` /
         ``reward_spaces``)."""
         self._require_reset()
-        actions = [int(a) for a in actions]
-        for a in actions:
-            if not 0 <= a < len(PASSES):
-                raise ValueError(f"action {a} is not in 0..{len(PASSES) - 1}")
+        actions = [_action(a) for a in actions]
         rewards = list(reward_spaces) if reward_spaces is not None else (
             [self.reward_space_name] if self.reward_space_name else [])
         before = {r: self._reward_metric(r, self._module) for r in rewards}
