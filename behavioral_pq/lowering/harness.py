@@ -27,7 +27,6 @@ import shutil
 import statistics
 import tempfile
 import threading
-import time
 import weakref
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union

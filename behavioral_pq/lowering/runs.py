@@ -31,6 +31,10 @@ VISIBLE = (Path("/usr"), Path("/dev"), Path("/proc"))
 #: Written files larger than this are compared by digest only (smaller text files tolerate float rounding).
 MAX_TEXT_BYTES = 1 << 20
 
+#: How :func:`written` names a file of the writable folder (``writable:out/log.txt``), apart from the working
+#: folder's and without the user's paths (which verdicts fed back to a model must not show).
+WRITABLE = "writable:"
+
 PathLike = Union[str, os.PathLike]
 
 
@@ -84,6 +88,8 @@ class RunInput:
             self._add(binds, _folder(base, folder), writable=False)
         if self.writable is not None:
             self._add(binds, _folder(base, self.writable), writable=True)
+            room = next(b.source for b in binds.values() if b.writable)   # what it holds stays writable
+            binds = {t: b for t, b in binds.items() if b.writable or not _under(b.source, room)}
         set_(self, "folders", tuple(Path(f) for f in self.folders))
         set_(self, "binds", tuple(binds.values()))
 
@@ -196,13 +202,14 @@ def written(folder: Path, skip: Sequence[Path] = (), writable: Optional[Path] = 
             before: Optional[Dict[str, Tuple[int, int, int]]] = None) -> Dict[str, WrittenFile]:
     """The files a run left: every file under its working ``folder`` (by relative path; ``skip``: the mount
     points of its binds, relative to ``folder``) and, in the ``writable`` folder, those it created or changed
-    since ``before`` (:func:`stamps`; by absolute path). Symbolic links count as files holding their target."""
+    since ``before`` (:func:`stamps`; by relative path after :data:`WRITABLE`). Symbolic links count as files
+    holding their target."""
     found = {str(path.relative_to(folder)): _entry(path) for path in _files(folder, skip)}
     if writable is not None:
         now = stamps(writable)
         for name, stamp in now.items():
             if (before or {}).get(name) != stamp:
-                found[str(writable / name)] = _entry(writable / name)
+                found[WRITABLE + name] = _entry(writable / name)
     return found
 
 

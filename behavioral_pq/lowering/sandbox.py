@@ -5,9 +5,10 @@ assembler, the linker and the program) with:
 
 - **bubblewrap** (``bwrap``): only ``/usr`` (read-only: compilers, libraries), the verification's own work
   folder (read-write) and what a run is given (:class:`Bind`: the files and folders a user names for a checked
-  program, read-only unless one is named writable) are visible; a private ``/tmp``, ``/dev`` and ``/proc``; new user, PID, IPC, UTS, cgroup and
-  network namespaces (no network at all); ``--die-with-parent`` and a new session, so nothing outlives the
-  check: a background process forked by the program dies with the sandbox's PID namespace.
+  program, read-only unless one is named writable) are visible; a private ``/tmp``, ``/dev`` and ``/proc``;
+  new user, PID, IPC, UTS, cgroup and network namespaces (no network at all); ``--die-with-parent`` and a new
+  session, so nothing outlives the check: a background process forked by the program dies with the sandbox's PID
+  namespace.
 - **an empty environment** but ``PATH`` and ``LANG`` (no API keys, no home folder).
 - **rlimits**: CPU seconds, address space, file size, open files, processes.
 - **a wall-clock deadline**: the whole process group is killed when it passes.
@@ -168,8 +169,8 @@ class Sandbox:
                     link.parent.mkdir(parents=True, exist_ok=True)
                     link.symlink_to(bind.source)
             return [str(a) for a in argv]
-        return [bwrap, *_mounts(self.workdir, binds, self._folder(cwd)), "--unshare-all", "--die-with-parent", "--new-session",
-                "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+        return [bwrap, *_mounts(self.workdir, binds, self._folder(cwd)), "--unshare-all", "--die-with-parent",
+                "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                 "--chdir", str(self._folder(cwd)), "--", *map(str, argv)]
 
     def _limit(self) -> None:   # runs in the child between fork and exec
