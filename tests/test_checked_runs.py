@@ -191,6 +191,18 @@ def test_a_bare_check_says_it_ran_with_no_arguments_and_empty_stdin(tmp_path):
                      "exit status (0)",)
 
 
+def test_files_named_for_the_run_that_it_never_opens_are_noted(tmp_path):
+    """Not a stop (an argument may name a file by coincidence), but said: the program ignores its argument."""
+    data = tmp_path / "input.txt"
+    data.write_text("1\n")
+    hello = program(tmp_path, "hello", HEADERS + 'int main(void) { puts("hello"); return 0; }\n')
+    assert lower(load_module(hello), verify=True, run=RunInput(args=(str(data),), folders=(tmp_path,))).notes == (
+        f"the reference run never opened {data}, {tmp_path}, named for it: if it should read them, its arguments "
+        "are not what it expects",)
+    reader = program(tmp_path, "reader", READER)
+    assert lower(load_module(reader), verify=True, run=RunInput(args=(str(data),))).notes == ()
+
+
 def test_stdin_file_feeds_the_runs_and_an_unread_one_stops_the_check(tmp_path):
     numbers = tmp_path / "numbers.txt"
     numbers.write_text("".join(f"{i}\n" for i in range(1, 101)))

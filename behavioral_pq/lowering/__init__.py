@@ -3,6 +3,7 @@
 Layers, each importing only the ones above it in this list:
 
 * :mod:`~behavioral_pq.lowering.tasks`: task sets (C functions with cases, loop kernels with a timing driver);
+* :mod:`~behavioral_pq.lowering.runs`: what a checked program is run with (the files shown to it) and leaves;
 * :mod:`~behavioral_pq.lowering.harness`: assemble, link, run, compare; llvm-mca cost; runtime vs clang -O3;
 * :mod:`~behavioral_pq.lowering.llm`: the chat-completions client (settings, timeouts, retries);
 * :mod:`~behavioral_pq.lowering.prompts`: versioned prompts and their refinement from repair traces;

@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
 from behavioral_pq.errors import LoweringError, ReferenceRunError, ToolError
-from behavioral_pq.lowering.runs import RunInput, WrittenFile, stamps, written
+from behavioral_pq.lowering.runs import Opened, RunInput, WrittenFile, stamps, written
 from behavioral_pq.lowering.sandbox import (
     MAX_ASSEMBLY_BYTES,
     Limits,
@@ -430,12 +430,14 @@ class TaskHarness(Harness):
 @dataclasses.dataclass(frozen=True)
 class Observed:
     """One run of a program: the sandbox's ``result``, the ``files`` it left (see
-    :func:`~behavioral_pq.lowering.runs.written`; empty when not collected) and how many bytes of its stdin file it
-    read (``stdin_read``, None without one)."""
+    :func:`~behavioral_pq.lowering.runs.written`; empty when not collected), how many bytes of its stdin file it
+    read (``stdin_read``, None without one) and the read-only files and folders named for it that it never
+    opened (``unopened``, None when not watched)."""
 
     result: Result
     files: Dict[str, WrittenFile]
     stdin_read: Optional[int] = None
+    unopened: Optional[List[Path]] = None
 
 
 class ProgramHarness(Harness):
@@ -447,6 +449,15 @@ class ProgramHarness(Harness):
     folders shown to them; default: ``args`` and nothing else), each in a new empty working folder, as the same
     path (so ``argv[0]`` is the same). A build passes when it prints what the reference prints (stdout; stderr too
     with ``run.compare_stderr``), exits with the same status and leaves the same files.
+
+    The reference run must itself succeed, or the check would compare failures: an exit status other than
+    ``run.expect_exit`` (default 0), a signal or a timeout stop it (reliable signs). Its time is not judged: start-up
+    in the sandbox alone takes tens of ms and fast runs are legitimate (a tool that reads a file's header), so a
+    "too fast for its input" threshold would cry wolf. Two observations need no threshold instead: a ``--stdin``
+    file it did not read at all (the file's offset is still 0 after the run) stops the check, and read-only files
+    or folders named for it that it never opened (inotify) are reported in :attr:`notes`, not stopped on, since a
+    word of the arguments may name a file by coincidence. So is a run that printed nothing on stdout and wrote
+    nothing (only its exit status is compared), and a run given nothing at all.
 
     Raises:
         ReferenceRunError: the reference run cannot serve as the check: it exited with another status than
@@ -479,7 +490,7 @@ class ProgramHarness(Harness):
                     "its assembly does not build")
             raise LoweringError(f"{module.name}: its -O0 reference build cannot serve as the check; {hint} "
                                 f"({exc.stage}: {exc.message})") from None
-        seen = self._observe(built)
+        seen = self._observe(built, watch=True)
         failure = self._reference_failure(seen)
         if failure is not None:
             self.close()
@@ -491,6 +502,9 @@ class ProgramHarness(Harness):
         self._notes = []
         if not self.run.given:
             self._notes.append("the check ran the program with no arguments and empty stdin")
+        if seen.unopened:
+            self._notes.append(f"the reference run never opened {', '.join(map(str, seen.unopened))}, named for "
+                               f"it: if it should read them, its arguments are not what it expects")
         if not self.expected.strip() and not seen.files and not (self.run.compare_stderr and
                                                                   self.expected_stderr.strip()):
             self._notes.append(
@@ -527,12 +541,15 @@ class ProgramHarness(Harness):
         else:
             return None
         message = (f"{self.module.name}: its -O0 reference build cannot serve as the check: its run with "
-                   f"{run.describe()} {what} (stderr: {head!r}); {hint}, or skip the check (--no-verify)")
+                   f"{run.describe()} {what} (stderr: {head!r}); {hint}, or skip the check (compile --no-verify, "
+                   f"lower without --verify)")
         return ReferenceRunError(message, result.returncode, head)
 
-    def _observe(self, binary: Path, *, timeout: Optional[float] = None, files: bool = True) -> Observed:
-        """Run a build with :attr:`run` as :attr:`program` in a new empty folder: what it printed, its status and
-        (``files``) what it left. Never raises for what the program does."""
+    def _observe(self, binary: Path, *, timeout: Optional[float] = None, files: bool = True,
+                 watch: bool = False) -> Observed:
+        """Run a build with :attr:`run` as :attr:`program` in a new empty folder: what it printed, its status,
+        (``files``) what it left and (``watch``) which read-only paths named for it it never opened. Never raises
+        for what the program does."""
         folder = self.workdir / "run"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
@@ -542,9 +559,11 @@ class ProgramHarness(Harness):
         os.replace(staged, self.program)
         before = stamps(self.run.writable and (self.run.base / self.run.writable))
         stdin = open(self.run.stdin, "rb") if self.run.stdin is not None else None
+        named = [b.source for b in self.run.binds if not b.writable] if watch else []
         try:
-            result = self.sandbox.run([str(self.program), *self.args], timeout=timeout or self.run_timeout,
-                                      stdin=stdin, cwd=folder, binds=self.run.binds)
+            with Opened(named) as opened:
+                result = self.sandbox.run([str(self.program), *self.args], timeout=timeout or self.run_timeout,
+                                          stdin=stdin, cwd=folder, binds=self.run.binds)
             read = os.lseek(stdin.fileno(), 0, os.SEEK_CUR) if stdin is not None else None
         finally:
             if stdin is not None:
@@ -554,7 +573,7 @@ class ProgramHarness(Harness):
             writable = self.run.writable and Path(os.path.realpath(self.run.base / self.run.writable))
             left = written(folder, [b.target for b in self.run.binds if not b.target.is_absolute()], writable or None,
                            before)
-        return Observed(result, left, read)
+        return Observed(result, left, read, opened.unopened)
 
     def _build(self, assembly: str) -> Path:
         return self._link([self._assemble(assembly)], self.cxx)

@@ -17,10 +17,13 @@ creates or changes in the writable folder) is part of its result: :func:`written
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import hashlib
 import os
 import stat
+import struct
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -237,3 +240,68 @@ def _files(folder: Path, skip: Iterable[Path]) -> List[Path]:
         dirs[:] = sorted(d for d in dirs if here / d not in skipped and d not in links)
         found += [here / f for f in sorted(files + links) if here / f not in skipped]
     return found
+
+
+class Opened:
+    """Which of some files and folders a run opens (a folder: it or anything directly in it), watched with
+    inotify on their inodes, so opens through the sandbox's binds count. Use as a context manager around the run;
+    :attr:`unopened` is then the paths never opened, or None where inotify is not available (nothing is
+    claimed then)."""
+
+    IN_ACCESS, IN_OPEN, IN_NONBLOCK, IN_CLOEXEC = 0x1, 0x20, 0o4000, 0o2000000
+    IN_Q_OVERFLOW = 0x4000
+
+    def __init__(self, paths: Sequence[Path]):
+        self.paths = list(paths)
+        self.unopened: Optional[List[Path]] = None
+        self._fd = -1
+        self._watches: Dict[int, Path] = {}
+
+    def __enter__(self) -> "Opened":
+        libc = _libc()
+        if libc is None or not self.paths:
+            return self
+        self._fd = libc.inotify_init1(self.IN_NONBLOCK | self.IN_CLOEXEC)
+        for path in self.paths if self._fd >= 0 else ():
+            wd = libc.inotify_add_watch(self._fd, os.fsencode(path), self.IN_OPEN | self.IN_ACCESS)
+            if wd < 0:   # cannot watch one: claim nothing
+                os.close(self._fd)
+                self._fd = -1
+                break
+            self._watches[wd] = path
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd < 0:
+            return
+        seen, data = set(), b""
+        try:
+            while True:
+                try:
+                    chunk = os.read(self._fd, 1 << 16)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(self._fd)
+        offset = 0
+        while offset + 16 <= len(data):   # struct inotify_event: int wd; u32 mask, cookie, len; char name[len]
+            wd, mask, _, size = struct.unpack_from("iIII", data, offset)
+            if mask & self.IN_Q_OVERFLOW:
+                return
+            seen.add(wd)
+            offset += 16 + size
+        self.unopened = [path for wd, path in self._watches.items() if wd not in seen]
+
+
+def _libc():
+    """libc with inotify, or None (not Linux, or no such functions)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        return libc
+    except (OSError, AttributeError):
+        return None
