@@ -62,6 +62,9 @@ def test_a_file_outside_usr_is_invisible_unless_named(tmp_path):
     assert box.run(["/bin/sh", "-c", f"echo x > {data}"], timeout=10,
                    binds=RunInput(args=(str(data),)).binds).returncode != 0   # read-only
     assert data.read_text() == "secret\n"
+    (tmp_path / "beside.txt").write_text("not named\n")   # only what is named: not the folder around it
+    beside = box.run(["/bin/cat", str(tmp_path / "beside.txt")], timeout=10, binds=RunInput(args=(str(data),)).binds)
+    assert beside.returncode != 0 and b"No such file" in beside.stderr
 
 
 def test_a_program_reading_a_file_outside_usr_is_checked_and_timed_on_its_real_run(tmp_path):
