@@ -318,3 +318,11 @@ def test_run_input_refuses_what_it_cannot_show(tmp_path, monkeypatch):
     assert run.given and not RunInput().given and RunInput().describe() == "no arguments and empty stdin"
     monkeypatch.chdir(tmp_path)
     assert RunInput(args=("in.txt",)).binds[0].source == tmp_path / "in.txt"
+
+
+def test_compile_help_says_what_the_checked_runs_see():
+    text = " ".join(bpq("compile", "--help").stdout.split())
+    for words in ("--stdin FILE", "--run-dir DIR", "--writable-dir DIR", "--expect-exit N", "--compare-stderr",
+                  "Other paths are not visible in the sandbox", "The reference run must succeed",
+                  "runs the program with no arguments and empty stdin", "a build whose timed runs fail is never ranked"):
+        assert words in text, words
