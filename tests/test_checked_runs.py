@@ -12,9 +12,8 @@ from behavioral_pq.core.module import load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import llc_assembly
 from behavioral_pq.errors import ReferenceRunError, ToolError
-from behavioral_pq.lowering import lower
+from behavioral_pq.lowering import RunInput, lower
 from behavioral_pq.lowering.harness import ProgramHarness
-from behavioral_pq.lowering.runs import RunInput
 from behavioral_pq.lowering.sandbox import Sandbox
 
 HEADERS = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"

@@ -23,7 +23,8 @@ Example::
 """
 
 from behavioral_pq.lowering.backends import BACKENDS, LlcBackend, LLMBackend, Lowering, lower, make_backend
+from behavioral_pq.lowering.runs import RunInput
 from behavioral_pq.lowering.tasks import Task, load_tasks, split_tasks
 
-__all__ = ["BACKENDS", "LLMBackend", "LlcBackend", "Lowering", "Task", "load_tasks", "lower", "make_backend",
-           "split_tasks"]
+__all__ = ["BACKENDS", "LLMBackend", "LlcBackend", "Lowering", "RunInput", "Task", "load_tasks", "lower",
+           "make_backend", "split_tasks"]
