@@ -59,15 +59,15 @@ Checked runs. A program is checked by running it: the build must print what the 
 llc -O0 (the reference) prints on stdout (on stderr too with --compare-stderr), exit with the same status and
 leave the same files (names and contents) in its working folder. Each run happens in a sandbox that shows only
 /usr, a new empty working folder and what you name for the run: arguments of --run-args that name existing files
-or folders (an absolute path at the same path; a path relative to the current folder at the same relative path
-inside the working folder, so the program opens it as typed; give a path with .. as an absolute one), the
---run-dir folders, all read-only, and the --stdin file as standard input. Other paths are not visible in the
-sandbox (its /tmp is private). The program may write only in its working folder and in the one
---writable-dir folder (read-write). The reference run must succeed: an exit status other than 0 (or than
---expect-exit N), a crash, a timeout, or a --stdin file it does not read stops the command with that status and
-the head of its stderr; a file or folder named for it that it never opens, or a run that prints nothing and
-writes nothing, is noted. Without --run-args, --stdin or --run-dir the check runs the program with no arguments
-and empty stdin, and says so. With --objective speed, a build whose timed runs fail is never ranked.
+or folders (a whole word, or the PATH of --flag=PATH; an absolute path at the same path; a path relative to the
+current folder at the same relative path inside the working folder, so the program opens it as typed; give a
+path with .. as an absolute one), the --run-dir folders, all read-only, and the --stdin file as standard input.
+Other paths are not visible in the sandbox (its /tmp is private). The program may write only in its working
+folder and in the one --writable-dir folder (read-write). The reference run must succeed: an exit status other
+than 0 (or than --expect-exit N), a crash, a timeout, or a --stdin file it does not read stops the command with
+that status and the head of its stderr; a file or folder named for it that it never opens, or a run that prints
+nothing and writes nothing, is noted. Without --run-args, --stdin or --run-dir the check runs the program with no
+arguments and empty stdin, and says so. With --objective speed, a build whose timed runs fail is never ranked.
 
 Whole programs: give every file of a program (bpq compile a.c b.c util.c -o prog) and add --whole-program to make
 every definition but main internal before optimizing, as clang -flto does when it links an executable: code no
