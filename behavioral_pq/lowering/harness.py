@@ -523,7 +523,7 @@ class ProgramHarness(Harness):
         head = " | ".join(result.stderr.decode(errors="replace").strip().splitlines())
         head = (head[:300] + " ...") if len(head) > 300 else head
         inputs = ("give it the inputs that make it {} (--run-args, --stdin, --run-dir: files outside /usr are "
-                  "visible to it only when named there)")
+                  "visible to it only when named there, and writable only in --writable-dir)")
         if result.timed_out:
             what = f"did not finish in {result.seconds:.0f} s"
             hint = inputs.format("finish")
