@@ -86,6 +86,17 @@ class LoweringError(BPQError, RuntimeError):
         self.result = result
 
 
+class ReferenceRunError(LoweringError):
+    """The reference build of a checked program did not run as it must (an exit status other than the expected
+    one, a signal, a timeout, its stdin unread), so comparing other builds with it would prove nothing.
+    ``status`` is its exit status (None when killed), ``stderr`` the head of its standard error."""
+
+    def __init__(self, message: str, status: Optional[int] = None, stderr: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.stderr = stderr
+
+
 class SandboxError(BPQError, RuntimeError):
     """Code from a model endpoint cannot be run safely here (bubblewrap is missing or not allowed) and the user
     did not opt in to running it unprotected."""

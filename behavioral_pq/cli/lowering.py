@@ -35,8 +35,9 @@ examples:
   bpq lower prog.ll --passes O3 --backend llm -o prog.s --repairs 3
   bpq lower --task gcd -o gcd.s --backend llm      # a task from the shipped task sets, checked by its tests
 
-Verification: a task's tests; else, for a module with main, the program's output against llc's build; else the
-assembly must assemble and define the module's symbols. LLM output is always verified; llc's with --verify.
+Verification: a task's tests; else, for a module with main, the program's output against llc's build (run with
+--run-args, --stdin, --run-dir as bpq compile --help describes under 'Checked runs'); else the assembly must
+assemble and define the module's symbols. LLM output is always verified; llc's with --verify.
 
 """ + LLM_HELP
 
@@ -55,6 +56,20 @@ and measured; with --target measure, IR instructions: the ir-count objective of 
 
 A module with main becomes an executable whose output is checked against the unoptimized module's; any other
 module becomes an object file (-o prog.o).
+
+Checked runs. A program is checked by running it: the build must print what the unoptimized module built by
+llc -O0 (the reference) prints on stdout (on stderr too with --compare-stderr), exit with the same status and
+leave the same files (names and contents) in its working folder. Each run happens in a sandbox that shows only
+/usr, a new empty working folder and what you name for the run: arguments of --run-args that name existing files
+or folders (a whole word, or the PATH of --flag=PATH; an absolute path at the same path; a path relative to the
+current folder at the same relative path inside the working folder, so the program opens it as typed; give a
+path with .. as an absolute one), the --run-dir folders, all read-only, and the --stdin file as standard input.
+Other paths are not visible in the sandbox (its /tmp is private). The program may write only in its working
+folder and in the one --writable-dir folder (read-write). The reference run must succeed: an exit status other
+than 0 (or than --expect-exit N), a crash, a timeout, or a --stdin file it does not read stops the command with
+that status and the head of its stderr; a file or folder named for it that it never opens, or a run that prints
+nothing and writes nothing, is noted. Without --run-args, --stdin or --run-dir the check runs the program with no
+arguments and empty stdin, and says so. With --objective speed, a build whose timed runs fail is never ranked.
 
 Whole programs: give every file of a program (bpq compile a.c b.c util.c -o prog) and add --whole-program to make
 every definition but main internal before optimizing, as clang -flto does when it links an executable: code no
@@ -108,6 +123,8 @@ def _print_lowering(lowering) -> None:
         print(f"  verification: {lowering.verdict.stage}")
     else:
         print(f"  verification: {lowering.verdict.stage} ({lowering.verdict.message})")
+    for note in lowering.notes:
+        print(f"  note: {note}")
 
 
 def _lowering_json(lowering) -> dict:
@@ -115,6 +132,7 @@ def _lowering_json(lowering) -> dict:
             "verdict": None if lowering.verdict is None else {"stage": lowering.verdict.stage,
                                                              "message": lowering.verdict.message,
                                                              "tested": lowering.verdict.tested},
+            "notes": list(lowering.notes),
             "answers": [{"phase": a.phase, "stage": a.stage, "message": a.message[:500], "kept": a.kept}
                         for a in lowering.attempts], "seconds": round(lowering.seconds, 3)}
 
@@ -122,6 +140,15 @@ def _lowering_json(lowering) -> dict:
 def run_arguments(args) -> list:
     """The program's arguments from ``--run-args``: each value already split (``type=shlex.split``), joined."""
     return [word for value in args.run_args for word in value]
+
+
+def run_input(args):
+    """The checked run's :class:`~behavioral_pq.lowering.runs.RunInput` from the options of ``_add_run_options``
+    (made before any work, so a missing file is reported at once)."""
+    from behavioral_pq.lowering.runs import RunInput
+
+    return RunInput(args=tuple(run_arguments(args)), stdin=args.stdin, folders=tuple(args.run_dir),
+                    writable=args.writable_dir, expect_exit=args.expect_exit, compare_stderr=args.compare_stderr)
 
 
 def cmd_lower(args) -> int:
@@ -134,13 +161,14 @@ def cmd_lower(args) -> int:
     if bool(args.files or args.compile_commands) == bool(args.task):
         raise ValueError("give a FILE or --task NAME (see bpq lower --help)")
     output = check_output(args.output, args.overwrite)
+    run = run_input(args)
     task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
     module = task.module() if task else load_program(args)
     target = cli_target(args)
     optimized = (optimize(module, parse_passes(args.passes), target=target) if args.passes.lower() != "none"
                  else module)
     lowering = lower(optimized, _backend(args, target), task=task, verify=True if args.verify else None,
-                     reference=module)
+                     reference=module, run=run)
     try:
         cost = static_cost(lowering.assembly)
     except ToolError:  # nothing mca can measure, e.g. a module that only declares or holds data
@@ -186,6 +214,7 @@ def cmd_compile(args) -> int:
     if args.keep_assembly:
         names += [name.with_suffix(".s") for name in names]
     outputs = {name: check_output(name, args.overwrite) for name in names}   # each name it may write, checked now
+    run = run_input(args)
     target = cli_target(args)
     if args.objective == "size":
         target = size_target(args, target)
@@ -200,8 +229,11 @@ def cmd_compile(args) -> int:
         print("   whole program: every definition but main made internal (as LTO does for an executable)")
     if args.objective == "speed":
         backend = SpeedBackend(runs=args.runs)
-        with harness_for(module, args=run_arguments(args), max_assembly_bytes=None) as harness:
-            lowering = backend.lower(module, harness if not args.no_verify else None)
+        if args.no_verify:
+            lowering = backend.lower(module, None)
+        else:
+            with harness_for(module, run=run, max_assembly_bytes=None) as harness:
+                lowering = backend.lower(module, harness)
         for label, median, stage in backend.last.tried:
             print(f"2. build      {label}: " + (f"{median / 1e6:.2f} ms" if median is not None else stage))
         print(f"3. choose     {backend.last.chosen.label}")
@@ -239,8 +271,7 @@ def cmd_compile(args) -> int:
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
                               relocation_model=args.relocation_model, outline=outline)
                    if args.backend == "llc" else _llm_backend(args))
-        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original,
-                         run_args=run_arguments(args))
+        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run=run)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
@@ -328,6 +359,25 @@ def _add_llm_options(p, *, optimize: bool = True) -> None:
                        help="after a correct answer, ask K times for faster code (kept only if correct and faster)")
 
 
+def _add_run_options(p) -> None:
+    g = p.add_argument_group("checked runs (a program with main; see 'Checked runs' below)")
+    g.add_argument("--run-args", nargs="*", action="extend", default=[], metavar="ARG", type=shlex.split,
+                   help="arguments the program is checked (and, for --objective speed, timed) with; each value is "
+                        "split as a shell would (no shell runs), so flags go in one quoted value: "
+                        "--run-args '-l /usr/include' (repeatable); those naming existing files or folders are "
+                        "shown to the run read-only")
+    g.add_argument("--stdin", metavar="FILE", help="file the checked runs read as standard input (default: empty)")
+    g.add_argument("--run-dir", action="append", default=[], metavar="DIR",
+                   help="a folder the program reads without naming it in --run-args, shown read-only (repeatable)")
+    g.add_argument("--writable-dir", metavar="DIR",
+                   help="the one folder the program may write to besides its working folder, shown read-write; the "
+                        "files a run creates or changes there are compared")
+    g.add_argument("--expect-exit", type=int, metavar="N",
+                   help="the exit status the reference run should end with (default 0: another stops the command)")
+    g.add_argument("--compare-stderr", action="store_true", help="compare standard error too (default: stdout, "
+                                                                 "exit status and written files)")
+
+
 def add_parsers(sub) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("lower", help="lower a module to x86-64 assembly with llc or an LLM (verified)",
@@ -339,6 +389,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--verify", action="store_true", help="verify llc's output too (the LLM's always is)")
+    _add_run_options(p)
     add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT.s", help="write the assembly")
     add_overwrite_argument(p)
@@ -359,10 +410,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--no-verify", action="store_true", help="skip running the program against the unoptimized one")
-    p.add_argument("--run-args", nargs="*", action="extend", default=[], metavar="ARG", type=shlex.split,
-                   help="arguments the program is checked (and, for --objective speed, timed) with; each value is "
-                        "split as a shell would (no shell runs), so flags go in one quoted value: "
-                        "--run-args '-l /usr/include' (repeatable)")
+    _add_run_options(p)
     p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
     p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",
                    help="llc relocation model (default pic: the distribution's clang links PIE)")

@@ -3,6 +3,7 @@
 Layers, each importing only the ones above it in this list:
 
 * :mod:`~behavioral_pq.lowering.tasks`: task sets (C functions with cases, loop kernels with a timing driver);
+* :mod:`~behavioral_pq.lowering.runs`: what a checked program is run with (the files shown to it) and leaves;
 * :mod:`~behavioral_pq.lowering.harness`: assemble, link, run, compare; llvm-mca cost; runtime vs clang -O3;
 * :mod:`~behavioral_pq.lowering.llm`: the chat-completions client (settings, timeouts, retries);
 * :mod:`~behavioral_pq.lowering.prompts`: versioned prompts and their refinement from repair traces;
@@ -22,7 +23,8 @@ Example::
 """
 
 from behavioral_pq.lowering.backends import BACKENDS, LlcBackend, LLMBackend, Lowering, lower, make_backend
+from behavioral_pq.lowering.runs import RunInput
 from behavioral_pq.lowering.tasks import Task, load_tasks, split_tasks
 
-__all__ = ["BACKENDS", "LLMBackend", "LlcBackend", "Lowering", "Task", "load_tasks", "lower", "make_backend",
-           "split_tasks"]
+__all__ = ["BACKENDS", "LLMBackend", "LlcBackend", "Lowering", "RunInput", "Task", "load_tasks", "lower",
+           "make_backend", "split_tasks"]

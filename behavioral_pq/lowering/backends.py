@@ -20,6 +20,7 @@ from behavioral_pq.lowering.harness import Harness, Verdict, harness_for
 from behavioral_pq.lowering.llm import ChatClient, LLMSettings, load_llm_settings
 from behavioral_pq.lowering.prompts import Prompt, load_prompt
 from behavioral_pq.lowering.repair import Attempt, LLMResult, llm_lower
+from behavioral_pq.lowering.runs import RunInput
 from behavioral_pq.lowering.tasks import Task
 
 BACKENDS = ("llc", "llm")
@@ -28,13 +29,15 @@ BACKENDS = ("llc", "llm")
 @dataclasses.dataclass(frozen=True)
 class Lowering:
     """Assembly for one module: the ``assembly`` text (x86-64, AT&T), the ``backend`` name, the ``verdict``
-    (None when not verified), the LLM ``attempts`` (empty for llc) and wall ``seconds``."""
+    (None when not verified), the LLM ``attempts`` (empty for llc), wall ``seconds`` and the check's ``notes``
+    (e.g. that it ran the program with no arguments and empty stdin; see ``Harness.notes``)."""
 
     assembly: str
     backend: str
     verdict: Optional[Verdict]
     attempts: Tuple[Attempt, ...] = ()
     seconds: float = 0.0
+    notes: Tuple[str, ...] = ()
 
     @property
     def verified(self) -> bool:
@@ -72,7 +75,8 @@ class LlcBackend:
         assembly = llc_assembly(module.bitcode, opt_level=self.opt_level, cpu=self.cpu, fp_contract=self.fp_contract,
                                 relocation_model=self.relocation_model, outline=self.outline)
         verdict = harness.check(assembly) if harness is not None else None
-        return Lowering(assembly, self.name, verdict, (), time.monotonic() - start)
+        return Lowering(assembly, self.name, verdict, (), time.monotonic() - start,
+                        harness.notes if harness is not None else ())
 
 
 class LLMBackend:
@@ -104,7 +108,7 @@ class LLMBackend:
             raise LoweringError(f"{module.name}: no verified assembly after {len(result.attempts)} answers"
                                 + (f"; last: {last.stage}: {last.message[:300]}" if last else ""), result)
         return Lowering(result.assembly, self.name, result.verdict, tuple(result.attempts),
-                        time.monotonic() - start)
+                        time.monotonic() - start, harness.notes)
 
 
 def make_backend(backend: Union[str, LlcBackend, LLMBackend] = "llc", **options):
@@ -122,7 +126,8 @@ def make_backend(backend: Union[str, LlcBackend, LLMBackend] = "llc", **options)
 
 
 def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: Optional[Task] = None,
-          verify: Optional[bool] = None, reference=None, run_args: Sequence[str] = (), **options) -> Lowering:
+          verify: Optional[bool] = None, reference=None, run_args: Sequence[str] = (), run: Optional[RunInput] = None,
+          **options) -> Lowering:
     """Lower a module to x86-64 assembly.
 
     Args:
@@ -132,12 +137,13 @@ def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: 
         task: a task from :func:`~behavioral_pq.lowering.tasks.load_tasks` whose tests the assembly must pass.
         verify: check the result (default: always for the LLM, only with a task for llc). Without a task, a
             module with ``main`` is run against llc's build of ``reference`` (default: the module itself; pass
-            the unoptimized module to check the passes too) with ``run_args``; any other is assembled and its
-            symbols checked.
+            the unoptimized module to check the passes too) with ``run`` (a
+            :class:`~behavioral_pq.lowering.runs.RunInput`: arguments, stdin, files shown, expected exit status)
+            or ``run_args`` alone; any other is assembled and its symbols checked.
 
     Raises:
-        LoweringError: the LLM produced no verified assembly. LLMError: the endpoint is not configured.
-        ToolError: llc failed.
+        LoweringError: the LLM produced no verified assembly. ReferenceRunError (a LoweringError): the reference
+        run failed, so it cannot check anything. LLMError: the endpoint is not configured. ToolError: llc failed.
     """
     backend = make_backend(backend, **options)
     if verify is None:
@@ -148,5 +154,5 @@ def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: 
         return backend.lower(module)
     # llc's own output is as trusted as the module it comes from: only a model's answers are size-bounded
     bound = {} if backend.name == "llm" else {"max_assembly_bytes": None}
-    with harness_for(module, task, reference=reference, args=run_args, **bound) as harness:
+    with harness_for(module, task, reference=reference, args=run_args, run=run, **bound) as harness:
         return backend.lower(module, harness)

@@ -6,33 +6,44 @@ program's own words. Three harnesses cover three kinds of input:
 
 * :class:`TaskHarness`: a task from a task set; the driver calls the function on its cases (or the kernel at its
   test size) and the output must match a reference build of the C source (``clang-19 -O0``);
-* :class:`ProgramHarness`: a module that defines ``main``; the program alone must print what the module lowered
-  by ``llc-19 -O0`` prints, with the same exit status;
+* :class:`ProgramHarness`: a module that defines ``main``; the program, run with a
+  :class:`~behavioral_pq.lowering.runs.RunInput`, must print what the module lowered by ``llc-19 -O0`` prints,
+  exit with the same status and leave the same files; that reference run must itself succeed;
 * :class:`SymbolHarness`: any other module; the assembly must assemble and define the module's external symbols.
   Nothing runs, and the verdict says so (``tested`` is False).
 
-Also here: static cost by ``llvm-mca-19`` (:func:`static_cost`) and runtime (:meth:`Harness.timing`, kernels only),
-with :func:`is_faster` deciding "faster" only past a margin.
+Also here: static cost by ``llvm-mca-19`` (:func:`static_cost`) and runtime (:meth:`Harness.timing`: kernels and
+programs; a build whose timed runs fail is never ranked), with :func:`is_faster` deciding "faster" only past a
+margin.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import shutil
 import statistics
 import tempfile
 import threading
-import time
 import weakref
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
-from behavioral_pq.errors import LoweringError, ToolError
-from behavioral_pq.lowering.sandbox import MAX_ASSEMBLY_BYTES, Limits, Sandbox, describe, screen_assembly, scrub
+from behavioral_pq.errors import LoweringError, ReferenceRunError, ToolError
+from behavioral_pq.lowering.runs import Opened, RunInput, WrittenFile, stamps, written
+from behavioral_pq.lowering.sandbox import (
+    MAX_ASSEMBLY_BYTES,
+    Limits,
+    Result,
+    Sandbox,
+    describe,
+    screen_assembly,
+    scrub,
+)
 from behavioral_pq.lowering.tasks import Task
 
 #: Failure stages, in the order a candidate meets them.
@@ -129,6 +140,25 @@ def _same_line(want: str, got: str) -> bool:
     return True
 
 
+def compare_files(expected: Dict[str, WrittenFile], actual: Dict[str, WrittenFile]) -> Optional[str]:
+    """None when two runs left the same files (names, and contents: equal bytes, or text that
+    :func:`compare_outputs` finds equal), else the first difference."""
+    missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+    if missing or extra:
+        return "; ".join(part for part in (
+            f"did not write {', '.join(missing[:5])}" if missing else "",
+            f"wrote {', '.join(extra[:5])}, which the reference did not" if extra else "") if part)
+    for name in sorted(expected):
+        want, got = expected[name], actual[name]
+        if want.digest == got.digest:
+            continue
+        difference = (compare_outputs(want.text, got.text) if want.text is not None and got.text is not None
+                      else f"{got.size} bytes, expected {want.size} bytes of other contents")
+        if difference:
+            return f"file {name}: {difference}"
+    return None
+
+
 def static_cost(assembly: str, *, iterations: int = 100, cpu: str = MCA_CPU, timeout: float = 60.0) -> StaticCost:
     """llvm-mca-19's cost of the assembly (all its functions as one block). Raises ToolError when mca cannot
     read it, or when it holds a directive that reads files."""
@@ -180,21 +210,48 @@ class Harness:
             return Verdict(exc.stage, exc.message)
         return self._check_binary(binary)
 
+    @property
+    def notes(self) -> Tuple[str, ...]:
+        """What a reader of the verdicts should know about the check itself (e.g. that it ran the program bare)."""
+        return ()
+
     def timing(self, assembly: str, runs: int = 5) -> Timing:
         """Runtime of the assembly's build at the benchmark size (``runs`` process runs)."""
         return self.timings([assembly], runs)[0]
 
     def timings(self, assemblies: Sequence[str], runs: int = 5) -> List[Timing]:
         """Runtimes of several builds, each built once and timed interleaved: every round runs each build once,
-        so a machine that speeds up or slows down during the measurement moves them all alike."""
-        return self._interleave([self._timing_binary(a) for a in assemblies], runs)
+        so a machine that speeds up or slows down during the measurement moves them all alike. Raises ToolError
+        when a build fails its check or one of its timed runs fails."""
+        return self._interleave([self._timing_binary(a) for a in assemblies], runs, keep_going=False)
 
-    def _interleave(self, binaries: Sequence[Path], runs: int) -> List[Timing]:
+    def try_timings(self, assemblies: Sequence[str], runs: int = 5) -> List[Union[Timing, str]]:
+        """As :meth:`timings`, but a build that cannot be timed (it fails its check, or a timed run crashes, times
+        out or exits with another status than the reference) gets the reason instead of a Timing, and is not run
+        again; the others are still timed. A failed run is never ranked."""
+        binaries: List[Union[Path, str]] = []
+        for assembly in assemblies:
+            try:
+                binaries.append(self._timing_binary(assembly))
+            except ToolError as exc:
+                binaries.append(str(exc))
+        return self._interleave(binaries, runs, keep_going=True)
+
+    def _interleave(self, binaries: Sequence[Union[Path, str]], runs: int, keep_going: bool
+                    ) -> List[Union[Timing, str]]:
         samples: List[List[float]] = [[] for _ in binaries]
+        failed: Dict[int, str] = {k: b for k, b in enumerate(binaries) if isinstance(b, str)}
         for _ in range(runs):
             for k, binary in enumerate(binaries):
-                samples[k].append(self._sample(binary))
-        return [Timing(tuple(s)) for s in samples]
+                if k in failed:
+                    continue
+                try:
+                    samples[k].append(self._sample(binary))
+                except ToolError as exc:
+                    if not keep_going:
+                        raise
+                    failed[k] = str(exc)
+        return [failed[k] if k in failed else Timing(tuple(s)) for k, s in enumerate(samples)]
 
     def _timing_binary(self, assembly: str) -> Path:
         """The assembly's build, ready to time (a subclass with a timing driver says how)."""
@@ -340,7 +397,7 @@ class TaskHarness(Harness):
         """Runtime of the C source built by ``clang-19 -<level>`` with the same driver (cached per level)."""
         found = self._baselines.get(level)
         if found is None or len(found.samples) != runs:
-            found = self._baselines[level] = self._interleave([self._baseline_binary(level)], runs)[0]
+            found = self._baselines[level] = self._interleave([self._baseline_binary(level)], runs, False)[0]
         return found
 
     def compare_timings(self, assembly: str, runs: int = 5, levels: Sequence[str] = ("O3", "O2")
@@ -349,7 +406,7 @@ class TaskHarness(Harness):
         timed interleaved (see :meth:`timings`), so their ratio survives a machine that changes speed midway.
         Returns (the assembly's, {level: baseline's})."""
         binaries = [self._timing_binary(assembly), *(self._baseline_binary(level) for level in levels)]
-        mine, *baselines = self._interleave(binaries, runs)
+        mine, *baselines = self._interleave(binaries, runs, keep_going=False)
         return mine, dict(zip(levels, baselines))
 
     def baseline_assembly(self) -> str:
@@ -370,32 +427,153 @@ class TaskHarness(Harness):
         return float(match.group(1))
 
 
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """One run of a program: the sandbox's ``result``, the ``files`` it left (see
+    :func:`~behavioral_pq.lowering.runs.written`; empty when not collected), how many bytes of its stdin file it
+    read (``stdin_read``, None without one) and the read-only files and folders named for it that it never
+    opened (``unopened``, None when not watched)."""
+
+    result: Result
+    files: Dict[str, WrittenFile]
+    stdin_read: Optional[int] = None
+    unopened: Optional[List[Path]] = None
+
+
 class ProgramHarness(Harness):
     """Checks a whole program (a module with ``main``) against ``reference`` (default: the same module)
     built as ``clang-19 -O0`` builds it (the always-inliner, then ``llc-19 -O0``), linked as C++ where it uses the
-    C++ runtime. Pass the unoptimized module as ``reference`` to check the passes too."""
+    C++ runtime. Pass the unoptimized module as ``reference`` to check the passes too.
 
-    def __init__(self, module, *, reference=None, args: Sequence[str] = (), **kwargs):
+    Both run with ``run`` (a :class:`~behavioral_pq.lowering.runs.RunInput`: arguments, stdin, the files and
+    folders shown to them; default: ``args`` and nothing else), each in a new empty working folder, as the same
+    path (so ``argv[0]`` is the same). A build passes when it prints what the reference prints (stdout; stderr too
+    with ``run.compare_stderr``), exits with the same status and leaves the same files.
+
+    The reference run must itself succeed, or the check would compare failures: an exit status other than
+    ``run.expect_exit`` (default 0), a signal or a timeout stop it (reliable signs). Its time is not judged: start-up
+    in the sandbox alone takes tens of ms and fast runs are legitimate (a tool that reads a file's header), so a
+    "too fast for its input" threshold would cry wolf. Two observations need no threshold instead: a ``--stdin``
+    file it did not read at all (the file's offset is still 0 after the run) stops the check, and read-only files
+    or folders named for it that it never opened (inotify) are reported in :attr:`notes`, not stopped on, since a
+    word of the arguments may name a file by coincidence. So is a run that printed nothing on stdout and wrote
+    nothing (only its exit status is compared), and a run given nothing at all.
+
+    Raises:
+        ReferenceRunError: the reference run cannot serve as the check: it exited with another status than
+            ``run.expect_exit`` (default 0), was killed by a signal, ran past ``run_timeout``, or did not read
+            the stdin file it was given. A check of a failed run proves nothing.
+        LoweringError: the reference does not build or link.
+    """
+
+    timed = True
+
+    def __init__(self, module, *, reference=None, args: Sequence[str] = (), run: Optional[RunInput] = None,
+                 **kwargs):
+        if run is not None and args:
+            raise ValueError("give the program's arguments in run (a RunInput) or as args, not both")
         super().__init__(**kwargs)
         self.module = module
-        self.args = [str(a) for a in args]
+        self.run = run if run is not None else RunInput(args=tuple(args))
+        self.args = list(self.run.args)
         self.cxx = needs_cxx_runtime(module.text())
+        self.program = self.workdir / "program" / (re.sub(r"[^\w.+-]", "_", module.name)[:64] or "program")
+        self.program.parent.mkdir()
         # clang -O0's pipeline: the always-inliner only. C++ headers mark members always_inline that the C++
         # runtime does not export (libstdc++'s basic_string::_M_use_local_data), so llc alone cannot link them
         unoptimized = optimize(reference or module, "O0")
         try:
-            reference = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0), own=True)],
-                                   self.cxx)
-            self.expected_status, self.expected = self._execute(reference, self.args)
+            built = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0), own=True)], self.cxx)
         except _StageError as exc:
             self.close()
             hint = ("the program does not link: a unit or library it needs is missing" if exc.stage == "link" else
-                    "a program that crashes, waits for input or runs long needs arguments that make it finish "
-                    "(--run-args), or no check (--no-verify)")
+                    "its assembly does not build")
             raise LoweringError(f"{module.name}: its -O0 reference build cannot serve as the check; {hint} "
                                 f"({exc.stage}: {exc.message})") from None
+        seen = self._observe(built, watch=True)
+        failure = self._reference_failure(seen)
+        if failure is not None:
+            self.close()
+            raise failure
+        self.expected_status = seen.result.returncode
+        self.expected = seen.result.stdout.decode(errors="replace")
+        self.expected_stderr = seen.result.stderr.decode(errors="replace")
+        self.expected_files = seen.files
+        self._notes = []
+        if not self.run.given:
+            self._notes.append("the check ran the program with no arguments and empty stdin")
+        if seen.unopened:
+            self._notes.append(f"the reference run never opened {', '.join(map(str, seen.unopened))}, named for "
+                               f"it: if it should read them, its arguments are not what it expects")
+        if not self.expected.strip() and not seen.files and not (self.run.compare_stderr and
+                                                                  self.expected_stderr.strip()):
+            self._notes.append(
+                f"the reference run printed nothing on stdout and wrote no files: the check compares only its exit "
+                f"status ({self.expected_status})" + ("; --compare-stderr would compare its stderr too"
+                                                      if self.expected_stderr.strip() else ""))
 
-    timed = True
+    @property
+    def notes(self) -> Tuple[str, ...]:
+        return tuple(self._notes)
+
+    def _reference_failure(self, seen: Observed) -> Optional[ReferenceRunError]:
+        """Why the reference run cannot serve as the check (see the class docstring), or None."""
+        result, run = seen.result, self.run
+        expected = run.expect_exit if run.expect_exit is not None else 0
+        head = " | ".join(result.stderr.decode(errors="replace").strip().splitlines())
+        head = (head[:300] + " ...") if len(head) > 300 else head
+        inputs = ("give it the inputs that make it {} (--run-args, --stdin, --run-dir: files outside /usr are "
+                  "visible to it only when named there, and writable only in --writable-dir)")
+        if result.timed_out:
+            what = f"did not finish in {result.seconds:.0f} s"
+            hint = inputs.format("finish")
+        elif result.returncode is None:
+            what = describe(result)[1].split(";")[0]
+            hint = "a check of a crash proves nothing: " + inputs.format("run")
+        elif result.returncode != expected:
+            what = f"exited with status {result.returncode}" + (
+                f", not the {expected} of --expect-exit" if run.expect_exit is not None else "")
+            hint = (f"a check of a failed run proves nothing: {inputs.format('succeed')}, pass --expect-exit "
+                    f"{result.returncode} if that status is what it should end with")
+        elif run.stdin is not None and seen.stdin_read == 0 and run.stdin.stat().st_size > 0:
+            what = f"did not read its stdin ({run.stdin}, {run.stdin.stat().st_size} bytes)"
+            hint = "drop --stdin if the program does not read it"
+        else:
+            return None
+        message = (f"{self.module.name}: its -O0 reference build cannot serve as the check: its run with "
+                   f"{run.describe()} {what} (stderr: {head!r}); {hint}, or skip the check (compile --no-verify, "
+                   f"lower without --verify)")
+        return ReferenceRunError(message, result.returncode, head)
+
+    def _observe(self, binary: Path, *, timeout: Optional[float] = None, files: bool = True,
+                 watch: bool = False) -> Observed:
+        """Run a build with :attr:`run` as :attr:`program` in a new empty folder: what it printed, its status,
+        (``files``) what it left and (``watch``) which read-only paths named for it it never opened. Never raises
+        for what the program does."""
+        folder = self.workdir / "run"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        staged = self.program.with_name(self.program.name + ".new")
+        staged.unlink(missing_ok=True)
+        os.link(binary, staged)
+        os.replace(staged, self.program)
+        before = stamps(self.run.writable and (self.run.base / self.run.writable))
+        stdin = open(self.run.stdin, "rb") if self.run.stdin is not None else None
+        named = [b.source for b in self.run.binds if not b.writable] if watch else []
+        try:
+            with Opened(named) as opened:
+                result = self.sandbox.run([str(self.program), *self.args], timeout=timeout or self.run_timeout,
+                                          stdin=stdin, cwd=folder, binds=self.run.binds)
+            read = os.lseek(stdin.fileno(), 0, os.SEEK_CUR) if stdin is not None else None
+        finally:
+            if stdin is not None:
+                stdin.close()
+        left = {}
+        if files:
+            writable = self.run.writable and Path(os.path.realpath(self.run.base / self.run.writable))
+            left = written(folder, [b.target for b in self.run.binds if not b.target.is_absolute()], writable or None,
+                           before)
+        return Observed(result, left, read, opened.unopened)
 
     def _build(self, assembly: str) -> Path:
         return self._link([self._assemble(assembly)], self.cxx)
@@ -408,21 +586,34 @@ class ProgramHarness(Harness):
         return self._build(assembly)
 
     def _sample(self, binary: Path) -> float:
-        start = time.perf_counter_ns()
-        self._execute(binary, self.args)
-        return float(time.perf_counter_ns() - start)
+        """Wall time of one run in the sandbox, in ns; ToolError when the run fails (a crash, a timeout, or an exit
+        status other than the reference's): a failed run is not a time."""
+        result = self._observe(binary, files=False).result
+        if result.returncode is None:
+            raise ToolError(f"a timed run failed: {self._clean(describe(result)[1])}")
+        if result.returncode != self.expected_status:
+            raise ToolError(f"a timed run exited with status {result.returncode}, expected {self.expected_status}")
+        return result.seconds * 1e9
 
     def _check_binary(self, binary: Path) -> Verdict:
-        try:
-            status, out = self._execute(binary, self.args)
-        except _StageError as exc:
-            return Verdict(exc.stage, exc.message)
-        difference = compare_outputs(self.expected, out)
+        seen = self._observe(binary)
+        result = seen.result
+        if result.returncode is None:
+            stage, message = describe(result)
+            return Verdict(stage, self._clean(message))
+        difference = compare_outputs(self.expected, result.stdout.decode(errors="replace"))
         if difference:
             return Verdict("wrong-output", difference)
-        if status != self.expected_status:
-            return Verdict("crash" if status > 128 else "wrong-output",
-                           f"exit status {status}, expected {self.expected_status}")
+        if self.run.compare_stderr:
+            difference = compare_outputs(self.expected_stderr, result.stderr.decode(errors="replace"))
+            if difference:
+                return Verdict("wrong-output", "stderr: " + self._clean(difference))
+        if result.returncode != self.expected_status:
+            return Verdict("crash" if result.returncode > 128 else "wrong-output",
+                           f"exit status {result.returncode}, expected {self.expected_status}")
+        difference = compare_files(self.expected_files, seen.files)
+        if difference:
+            return Verdict("wrong-output", self._clean(difference))
         return Verdict("ok")
 
 
@@ -459,12 +650,12 @@ def defines_main(module) -> bool:
 
 
 def harness_for(module, task: Optional[Task] = None, *, reference=None, args: Sequence[str] = (),
-                **kwargs) -> Harness:
+                run: Optional[RunInput] = None, **kwargs) -> Harness:
     """The strongest harness available: the task's, else a program's (the module defines ``main``; run with
-    ``args``, its output must match ``reference``'s, default the module's own), else symbols."""
+    ``run``, or ``args`` alone, its output must match ``reference``'s, default the module's own), else symbols."""
     if task is not None:
         return TaskHarness(task, **kwargs)
     if defines_main(module):
-        return ProgramHarness(module, reference=reference, args=args, **kwargs)
+        return ProgramHarness(module, reference=reference, args=args, run=run, **kwargs)
     return SymbolHarness(module, **kwargs)
 

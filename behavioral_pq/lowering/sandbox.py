@@ -3,10 +3,12 @@
 Assembly from an LLM endpoint is untrusted code. :class:`Sandbox` runs every command of its verification (the
 assembler, the linker and the program) with:
 
-- **bubblewrap** (``bwrap``): only ``/usr`` (read-only: compilers, libraries) and the verification's own work
-  folder (read-write) are visible; a private ``/tmp``, ``/dev`` and ``/proc``; new user, PID, IPC, UTS, cgroup and
-  network namespaces (no network at all); ``--die-with-parent`` and a new session, so nothing outlives the
-  check: a background process forked by the program dies with the sandbox's PID namespace.
+- **bubblewrap** (``bwrap``): only ``/usr`` (read-only: compilers, libraries), the verification's own work
+  folder (read-write) and what a run is given (:class:`Bind`: the files and folders a user names for a checked
+  program, read-only unless one is named writable) are visible; a private ``/tmp``, ``/dev`` and ``/proc``;
+  new user, PID, IPC, UTS, cgroup and network namespaces (no network at all); ``--die-with-parent`` and a new
+  session, so nothing outlives the check: a background process forked by the program dies with the sandbox's PID
+  namespace.
 - **an empty environment** but ``PATH`` and ``LANG`` (no API keys, no home folder).
 - **rlimits**: CPU seconds, address space, file size, open files, processes.
 - **a wall-clock deadline**: the whole process group is killed when it passes.
@@ -17,7 +19,7 @@ opts in to running it unprotected (``unsafe=True``, ``bpq ... --unsafe-run`` or 
 
 What it does not protect against: bugs in the kernel or in bubblewrap, CPU time spent within the limits, and what
 the program prints (it is compared with the expected output, and a mismatch is fed back to the endpoint after
-:func:`scrub`; files outside ``/usr`` and the work folder are not visible to it). :func:`screen_assembly`
+:func:`scrub`; files outside ``/usr``, the work folder and its binds are not visible to it). :func:`screen_assembly`
 refuses directives that read files (``.include``, ``.incbin``) before anything runs.
 """
 
@@ -33,7 +35,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import IO, List, Optional, Sequence, Tuple, Union
 
 from behavioral_pq.errors import SandboxError
 
@@ -73,7 +75,28 @@ def bubblewrap() -> Optional[str]:
     return path if probe.returncode == 0 else None
 
 
-def _mounts(workdir: Path) -> List[str]:
+@dataclasses.dataclass(frozen=True)
+class Bind:
+    """A host file or folder shown to a sandboxed command: ``source`` (absolute) at ``target``, an absolute path
+    or one relative to the command's working folder; read-only unless ``writable``."""
+
+    source: Path
+    target: Path
+    writable: bool = False
+
+
+def _bind_arguments(binds: Sequence[Bind], folder: Path, inside: bool) -> List[str]:
+    """bwrap's arguments for the binds whose target is inside the work folder (``inside``) or outside it, parents
+    before what they hold (so a read-only file stays read-only in a writable folder, and the reverse)."""
+    args: List[str] = []
+    placed = [(folder / b.target, b) for b in binds]
+    for target, bind in sorted(placed, key=lambda tb: len(tb[0].parts)):
+        if (not bind.target.is_absolute()) == inside:
+            args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), str(target)]
+    return args
+
+
+def _mounts(workdir: Path, binds: Sequence[Bind] = (), folder: Optional[Path] = None) -> List[str]:
     args = ["--ro-bind", "/usr", "/usr", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         link = Path("/") / name
@@ -83,9 +106,10 @@ def _mounts(workdir: Path) -> List[str]:
             args += ["--ro-bind", str(link), f"/{name}"]
     if Path("/etc/ld.so.cache").exists():
         args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    args += _bind_arguments(binds, folder or workdir, inside=False)
     if workdir != Path("/"):
         args += ["--bind", str(workdir), str(workdir)]
-    return args
+    return args + _bind_arguments(binds, folder or workdir, inside=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +149,13 @@ class Sandbox:
             raise ValueError(f"{folder}: a sandboxed command runs inside {self.workdir}")
         return folder
 
-    def command(self, argv: Sequence[str], cwd: Optional[os.PathLike] = None) -> List[str]:
+    def command(self, argv: Sequence[str], cwd: Optional[os.PathLike] = None, binds: Sequence[Bind] = ()
+                ) -> List[str]:
         """The command line that runs ``argv`` in the sandbox (in ``cwd``, a folder inside the work folder;
-        default the work folder itself)."""
+        default the work folder itself), with ``binds`` visible (relative targets are inside ``cwd``).
+
+        Without bubblewrap (``unsafe``) everything is visible and nothing is read-only; a bind with a relative
+        target becomes a symbolic link there, so the command still finds it where it looks."""
         bwrap = bubblewrap()
         if bwrap is None:
             if not self.unsafe:
@@ -135,9 +163,14 @@ class Sandbox:
                     "bubblewrap (bwrap) cannot run here, so code from a model endpoint is not run: install "
                     "bubblewrap (apt-get install bubblewrap) and allow user namespaces, or opt in to running it "
                     "unprotected with --unsafe-run / BPQ_UNSAFE_RUN=1")
+            for bind in binds:
+                link = self._folder(cwd) / bind.target
+                if not bind.target.is_absolute() and not os.path.lexists(link):
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to(bind.source)
             return [str(a) for a in argv]
-        return [bwrap, *_mounts(self.workdir), "--unshare-all", "--die-with-parent", "--new-session",
-                "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+        return [bwrap, *_mounts(self.workdir, binds, self._folder(cwd)), "--unshare-all", "--die-with-parent",
+                "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                 "--chdir", str(self._folder(cwd)), "--", *map(str, argv)]
 
     def _limit(self) -> None:   # runs in the child between fork and exec
@@ -148,21 +181,25 @@ class Sandbox:
                             (resource.RLIMIT_NPROC, lim.processes), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(name, (value, value))
 
-    def run(self, argv: Sequence[str], *, timeout: float, stdin: Optional[bytes] = None,
-            cwd: Optional[os.PathLike] = None) -> Result:
-        """Run ``argv`` in the sandbox within ``timeout`` seconds of wall time (in ``cwd``: see :meth:`command`)."""
-        command = self.command(argv, cwd)
+    def run(self, argv: Sequence[str], *, timeout: float, stdin: Union[bytes, IO[bytes], None] = None,
+            cwd: Optional[os.PathLike] = None, binds: Sequence[Bind] = ()) -> Result:
+        """Run ``argv`` in the sandbox within ``timeout`` seconds of wall time (in ``cwd`` with ``binds``: see
+        :meth:`command`). ``stdin``: bytes, an open file (the command reads it directly, and its offset shows
+        how much was read), or None for an empty stdin."""
+        command = self.command(argv, cwd, binds)
+        data = stdin if isinstance(stdin, bytes) else None
         out_path, err_path = self.workdir / ".sandbox-stdout", self.workdir / ".sandbox-stderr"
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            source = subprocess.PIPE if data is not None else subprocess.DEVNULL if stdin is None else stdin
+            proc = subprocess.Popen(command, stdin=source,
                                     stdout=out, stderr=err, cwd=self._folder(cwd), env=env, preexec_fn=self._limit,
                                     close_fds=True)
             timed_out = False
             try:
-                if stdin is not None:
-                    proc.communicate(stdin, timeout=timeout)
+                if data is not None:
+                    proc.communicate(data, timeout=timeout)
                 else:
                     proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

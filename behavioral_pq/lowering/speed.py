@@ -8,7 +8,9 @@ multiply ran 6% faster with clang -O2 than with clang -O3 on a Zen 4). So the ob
 :data:`SPEED_CANDIDATES` (target-mode ``-O3`` and ``llc -O3``, or ``-O2`` and ``llc -O2`` where a candidate says
 so), checks each against the program's tests or reference output, times those that pass, interleaved (each
 round runs every build once, so a machine that slows down during the measurement slows them alike; median of the
-rounds) and keeps the fastest. A module that cannot be run (no tests, no ``main``) gets the first candidate.
+rounds) and keeps the fastest. A build one of whose timed runs fails (a crash, a timeout, another exit status than
+the reference's) is dropped, never ranked. A module that cannot be run (no tests, no ``main``) gets the first
+candidate.
 """
 
 from __future__ import annotations
@@ -94,8 +96,11 @@ class SpeedBackend:
                 passed.append((candidate, assembly))
             else:
                 tried.append((candidate.label, None, verdict.stage))
-        timings = harness.timings([assembly for _, assembly in passed], self.runs) if passed else []
+        timings = harness.try_timings([assembly for _, assembly in passed], self.runs) if passed else []
         for (candidate, assembly), timing in zip(passed, timings):
+            if isinstance(timing, str):
+                tried.append((candidate.label, None, f"not ranked: {timing}"[:200]))
+                continue
             median = timing.median_ns
             tried.append((candidate.label, median, "ok"))
             if best is None or median < best[0]:
@@ -104,4 +109,5 @@ class SpeedBackend:
             raise LoweringError(f"{module.name}: no speed candidate built and passed: {tried}")
         self.last = SpeedChoice(best[1], tried)
         verdict = harness.check(best[2]) if harness is not None else None
-        return Lowering(best[2], self.name, verdict, (), time.monotonic() - start)
+        return Lowering(best[2], self.name, verdict, (), time.monotonic() - start,
+                        harness.notes if harness is not None else ())

@@ -1,0 +1,327 @@
+"""Checked runs of whole programs (issue 40, finding 1): the files a user names reach the sandboxed run, a failed
+reference run stops the check, the check compares stdout, stderr, exit status and written files, a bare run says so,
+and failed timed runs are never ranked. Tiny C programs, llc only."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from behavioral_pq.core.module import load_module
+from behavioral_pq.core.passes import optimize
+from behavioral_pq.core.toolchain import llc_assembly
+from behavioral_pq.errors import ReferenceRunError, ToolError
+from behavioral_pq.lowering import RunInput, lower
+from behavioral_pq.lowering.harness import ProgramHarness
+from behavioral_pq.lowering.sandbox import Sandbox
+
+HEADERS = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
+
+# Prints the file named by argv[1] (the first line holds a number of ms to sleep: the real run's work), and
+# exits 1 when it cannot open it, as a real tool does.
+READER = HEADERS + """
+int main(int argc, char **argv) {
+  if (argc < 2) { fprintf(stderr, "usage: reader FILE\\n"); return 2; }
+  FILE *f = fopen(argv[1], "r");
+  if (!f) { perror(argv[1]); return 1; }
+  char line[256]; int ms = 0;
+  while (fgets(line, sizeof line, f)) { if (!ms) ms = atoi(line); printf("read: %s", line); }
+  usleep(ms * 1000);
+  return 0;
+}
+"""
+
+
+def bpq(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "behavioral_pq", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def program(tmp_path, name, text):
+    source = tmp_path / f"{name}.c"
+    source.write_text(text)
+    return source
+
+
+def assembly(source):
+    return llc_assembly(optimize(load_module(source), "Oz").bitcode)
+
+
+def test_a_file_outside_usr_is_invisible_unless_named(tmp_path):
+    """tmp_path is under /tmp, which the sandbox keeps private: a run sees the file only when it is named."""
+    data = tmp_path / "input.txt"
+    data.write_text("secret\n")
+    (tmp_path / "work").mkdir()
+    box = Sandbox(tmp_path / "work")
+    unseen = box.run(["/bin/cat", str(data)], timeout=10)
+    assert unseen.returncode != 0 and b"No such file" in unseen.stderr
+    seen = box.run(["/bin/cat", str(data)], timeout=10, binds=RunInput(args=(str(data),)).binds)
+    assert seen.returncode == 0 and seen.stdout == b"secret\n"
+    assert box.run(["/bin/sh", "-c", f"echo x > {data}"], timeout=10,
+                   binds=RunInput(args=(str(data),)).binds).returncode != 0   # read-only
+    assert data.read_text() == "secret\n"
+    (tmp_path / "beside.txt").write_text("not named\n")   # only what is named: not the folder around it
+    beside = box.run(["/bin/cat", str(tmp_path / "beside.txt")], timeout=10, binds=RunInput(args=(str(data),)).binds)
+    assert beside.returncode != 0 and b"No such file" in beside.stderr
+
+
+def test_a_program_reading_a_file_outside_usr_is_checked_and_timed_on_its_real_run(tmp_path):
+    """The issue's case: the input file lives in a temporary folder. Reference and build read it (their output
+    holds its content), and the speed objective times the real run (it sleeps 250 ms), not the error exit of a
+    run that cannot see the file (about 70 ms on a loaded machine)."""
+    data = tmp_path / "data" / "input.txt"
+    data.parent.mkdir()
+    data.write_text("250 milliseconds\nsecond line\n")
+    source = program(tmp_path, "reader", READER)
+    module = load_module(source)
+    with ProgramHarness(optimize(module, "Oz"), reference=module, run=RunInput(args=(str(data),))) as harness:
+        assert harness.expected == "read: 250 milliseconds\nread: second line\n"
+        assert harness.expected_status == 0 and harness.notes == ()
+        asm = assembly(source)
+        assert harness.check(asm).ok
+        assert harness.timing(asm, runs=2).median_ns >= 250e6
+    proc = bpq("compile", source, "--objective", "speed", "--runs", "2", "--run-args", data, "-o", tmp_path / "r")
+    assert proc.returncode == 0, proc.stderr
+    assert "verification: ok" in proc.stdout and "note:" not in proc.stdout
+    times = [float(t) for t in re.findall(r"^2\. build .*: ([\d.]+) ms$", proc.stdout, re.M)]
+    assert len(times) == 4 and min(times) >= 250, proc.stdout
+    # a path relative to the current folder reaches the run as typed
+    proc = bpq("compile", source, "--run-args", "data/input.txt", "-o", tmp_path / "r", cwd=tmp_path)
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+    assert subprocess.run([tmp_path / "r", "data/input.txt"], capture_output=True, text=True,
+                          cwd=tmp_path).stdout == "read: 250 milliseconds\nread: second line\n"
+    proc = bpq("compile", source, "--run-args", "../data/input.txt", "-o", tmp_path / "r", cwd=tmp_path / "data")
+    assert proc.returncode == 2 and "give it as an absolute path" in proc.stderr
+
+
+def test_a_failing_reference_run_stops_compile_unless_its_status_is_expected(tmp_path):
+    source = program(tmp_path, "fails", HEADERS + 'int main(void) { puts("partial");\n  fprintf(stderr, '
+                                                  '"reader: cannot open the input\\n"); return 1; }\n')
+    out = tmp_path / "fails"
+    proc = bpq("compile", source, "-o", out)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "reference build cannot serve as the check" in proc.stderr
+    assert "exited with status 1" in proc.stderr and "reader: cannot open the input" in proc.stderr
+    assert "--expect-exit 1" in proc.stderr and not out.exists()
+    proc = bpq("compile", source, "--expect-exit", "1", "-o", out)
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+    assert subprocess.run([out]).returncode == 1
+    with pytest.raises(ReferenceRunError) as info:
+        ProgramHarness(load_module(source))
+    assert info.value.status == 1 and info.value.stderr == "reader: cannot open the input"
+    with pytest.raises(ReferenceRunError, match="exited with status 1, not the 3 of --expect-exit"):
+        ProgramHarness(load_module(source), run=RunInput(expect_exit=3))
+    # the issue's case: the file named does not exist, every run exits 1: no "verification: ok"
+    reader = program(tmp_path, "reader", READER)
+    proc = bpq("compile", reader, "--run-args", tmp_path / "missing.txt", "-o", out)
+    assert proc.returncode == 1 and "No such file or directory" in proc.stderr and "verification" not in proc.stdout
+    crash = program(tmp_path, "crash", "int main(void) { return *(volatile int *)0; }\n")
+    with pytest.raises(ReferenceRunError, match=r"killed by signal 11 \(SIGSEGV\)") as info:
+        ProgramHarness(load_module(crash), run=RunInput(expect_exit=0))
+    assert info.value.status is None
+
+
+def test_the_check_says_no_to_a_build_whose_output_differs(tmp_path):
+    data = tmp_path / "input.txt"
+    data.write_text("0\nsome text\n")
+    source = program(tmp_path, "reader", READER)
+    shouting = READER.replace('printf("read: %s", line)',
+                              'for (char *c = line; *c; c++) *c = toupper(*c); printf("read: %s", line)')
+    upper = program(tmp_path, "upper", "#include <ctype.h>\n" + shouting)
+    module = load_module(source)
+    with ProgramHarness(module, run=RunInput(args=(str(data),))) as harness:
+        assert harness.check(assembly(source)).ok
+        verdict = harness.check(assembly(upper))
+        assert verdict.stage == "wrong-output" and "SOME TEXT" in verdict.message
+        failed = harness.try_timings([assembly(source), assembly(upper)], runs=1)
+        assert failed[0].median_ns > 0 and "fails its check (wrong-output)" in failed[1]
+        with pytest.raises(ToolError, match="fails its check"):
+            harness.timings([assembly(upper)], runs=1)
+    # stderr is compared only when asked
+    noisy = program(tmp_path, "noisy", READER.replace("usleep(ms * 1000);", 'fprintf(stderr, "extra\\n");'))
+    with ProgramHarness(module, run=RunInput(args=(str(data),))) as harness:
+        assert harness.check(assembly(noisy)).ok
+    with ProgramHarness(module, run=RunInput(args=(str(data),), compare_stderr=True)) as harness:
+        verdict = harness.check(assembly(noisy))
+        assert verdict.stage == "wrong-output" and verdict.message.startswith("stderr:") and "extra" in verdict.message
+
+
+WRITER = HEADERS + """
+int main(void) {
+  FILE *o = fopen("result.txt", "w");
+  if (!o) return 1;
+  for (int i = 1; i <= 3; i++) fprintf(o, "%d\\n", i * STEP);
+  fclose(o);
+  puts("done");
+  return 0;
+}
+"""
+
+
+def test_files_written_in_the_working_folder_are_compared(tmp_path):
+    source = program(tmp_path, "writer", "#define STEP 2\n" + WRITER)
+    other = program(tmp_path, "other", "#define STEP 3\n" + WRITER)
+    silent = program(tmp_path, "silent", HEADERS + 'int main(void) { puts("done"); return 0; }\n')
+    with ProgramHarness(load_module(source), run=RunInput(args=("x",))) as harness:
+        assert set(harness.expected_files) == {"result.txt"}
+        assert harness.expected_files["result.txt"].text == "2\n4\n6\n"
+        assert harness.check(assembly(source)).ok
+        verdict = harness.check(assembly(other))
+        assert verdict.stage == "wrong-output" and verdict.message.startswith("file result.txt: ")
+        verdict = harness.check(assembly(silent))
+        assert verdict.stage == "wrong-output" and "did not write result.txt" in verdict.message
+    with ProgramHarness(load_module(silent)) as harness:
+        verdict = harness.check(assembly(source))
+        assert verdict.stage == "wrong-output" and "wrote result.txt, which the reference did not" in verdict.message
+
+
+def test_a_bare_check_says_it_ran_with_no_arguments_and_empty_stdin(tmp_path):
+    source = program(tmp_path, "hello", HEADERS + 'int main(void) { puts("hello"); return 0; }\n')
+    proc = bpq("compile", source, "-o", tmp_path / "hello")
+    assert proc.returncode == 0, proc.stderr
+    assert "  note: the check ran the program with no arguments and empty stdin\n" in proc.stdout
+    assert proc.stdout.count("note:") == 1
+    proc = bpq("compile", source, "--run-args", "unused", "-o", tmp_path / "hello")
+    assert proc.returncode == 0 and "note:" not in proc.stdout
+    module = load_module(source)
+    assert lower(module, verify=True).notes == ("the check ran the program with no arguments and empty stdin",)
+    assert lower(module, verify=True, run=RunInput(args=("x",))).notes == ()
+    quiet = program(tmp_path, "quiet", "int main(void) { return 0; }\n")
+    notes = lower(load_module(quiet), verify=True, run=RunInput(args=("x",))).notes
+    assert notes == ("the reference run printed nothing on stdout and wrote no files: the check compares only its "
+                     "exit status (0)",)
+
+
+def test_files_named_for_the_run_that_it_never_opens_are_noted(tmp_path):
+    """Not a stop (an argument may name a file by coincidence), but said: the program ignores its argument."""
+    data = tmp_path / "input.txt"
+    data.write_text("1\n")
+    hello = program(tmp_path, "hello", HEADERS + 'int main(void) { puts("hello"); return 0; }\n')
+    assert lower(load_module(hello), verify=True, run=RunInput(args=(str(data),), folders=(tmp_path,))).notes == (
+        f"the reference run never opened {data}, {tmp_path}, named for it: if it should read them, its arguments "
+        "are not what it expects",)
+    reader = program(tmp_path, "reader", READER)
+    assert lower(load_module(reader), verify=True, run=RunInput(args=(str(data),))).notes == ()
+
+
+def test_stdin_file_feeds_the_runs_and_an_unread_one_stops_the_check(tmp_path):
+    numbers = tmp_path / "numbers.txt"
+    numbers.write_text("".join(f"{i}\n" for i in range(1, 101)))
+    source = program(tmp_path, "sum", HEADERS + 'int main(void) { long s = 0, x;\n'
+                                                '  while (scanf("%ld", &x) == 1) s += x;\n'
+                                                '  printf("%ld\\n", s); return 0; }\n')
+    with ProgramHarness(load_module(source), run=RunInput(stdin=numbers)) as harness:
+        assert harness.expected == "5050\n" and harness.check(assembly(source)).ok
+    proc = bpq("compile", source, "--stdin", numbers, "-o", tmp_path / "sum")
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout and "note:" not in proc.stdout, proc.stderr
+    proc = bpq("compile", source, "--stdin", tmp_path / "none.txt", "-o", tmp_path / "sum")
+    assert proc.returncode == 2 and "none.txt: no such file" in proc.stderr
+    deaf = program(tmp_path, "deaf", HEADERS + 'int main(void) { puts("42"); return 0; }\n')
+    proc = bpq("compile", deaf, "--stdin", numbers, "-o", tmp_path / "deaf")
+    assert proc.returncode == 1 and "did not read its stdin" in proc.stderr and "292 bytes" in proc.stderr
+
+
+# argv[1]: a folder to read in.txt from (and that must stay read-only), argv[2]: a folder to write out.txt into.
+COPIER = HEADERS + """
+int main(int argc, char **argv) {
+  char path[4096], line[256] = "";
+  snprintf(path, sizeof path, "%s/in.txt", argv[1]);
+  FILE *f = fopen(path, "r");
+  if (!f || !fgets(line, sizeof line, f)) { perror(path); return 1; }
+  snprintf(path, sizeof path, "%s/stray.txt", argv[1]);
+  if (fopen(path, "w")) { fprintf(stderr, "wrote into the read-only folder\\n"); return 3; }
+  snprintf(path, sizeof path, "%s/out.txt", argv[2]);
+  FILE *o = fopen(path, "w");
+  if (!o) { perror(path); return 2; }
+  fprintf(o, "copied: %s", line);
+  fclose(o);
+  puts("done");
+  return 0;
+}
+"""
+
+
+def test_run_dir_is_read_only_and_only_the_writable_dir_takes_writes(tmp_path):
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir(), outputs.mkdir()
+    (inputs / "in.txt").write_text("payload\n")
+    source = program(tmp_path, "copier", COPIER)
+    out = tmp_path / "copier"
+    proc = bpq("compile", source, "--run-args", f"{inputs} {outputs}", "-o", out)
+    assert proc.returncode == 1 and "exited with status 2" in proc.stderr and "Read-only file system" in proc.stderr
+    proc = bpq("compile", source, "--run-args", f"{inputs} {outputs}", "--writable-dir", outputs, "-o", out)
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+    assert (outputs / "out.txt").read_text() == "copied: payload\n" and not (inputs / "stray.txt").exists()
+    # --run-dir shows a folder the program does not name in its arguments (here: a path compiled in)
+    fixed = program(tmp_path, "fixed", HEADERS + f'int main(void) {{ FILE *f = fopen("{inputs}/in.txt", "r");\n'
+                                                 '  if (!f) { perror("in.txt"); return 1; }\n'
+                                                 '  char line[64]; fputs(fgets(line, 64, f), stdout); return 0; }\n')
+    proc = bpq("compile", fixed, "-o", tmp_path / "fixed")
+    assert proc.returncode == 1 and "No such file or directory" in proc.stderr
+    proc = bpq("compile", fixed, "--run-dir", inputs, "-o", tmp_path / "fixed")
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+    # what a build writes in the writable folder is compared too
+    other = program(tmp_path, "other", COPIER.replace('"copied: %s"', '"COPIED: %s"'))
+    run = RunInput(args=(str(inputs), str(outputs)), writable=outputs)
+    with ProgramHarness(load_module(source), run=run) as harness:
+        assert harness.check(assembly(source)).ok
+        verdict = harness.check(assembly(other))
+        assert verdict.stage == "wrong-output" and verdict.message.startswith("file writable:out.txt: ")
+        assert "COPIED" in verdict.message
+
+
+def test_a_build_whose_timed_run_fails_is_not_ranked(tmp_path):
+    """A program that passes its first two runs and fails from the third on (it counts its runs in a file of the
+    writable folder, putting the file's time stamp back so the count is not a written file): its check passes,
+    its timed run fails, and it gets a reason instead of a time."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "count").write_text("00000000")
+    source = program(tmp_path, "counter", HEADERS + """
+#include <fcntl.h>
+#include <sys/stat.h>
+int main(int argc, char **argv) {
+  int fd = open(argv[1], O_RDWR); struct stat st; char buf[9] = {0};
+  if (fd < 0 || fstat(fd, &st) || read(fd, buf, 8) != 8) return 9;
+  int n = atoi(buf);
+  snprintf(buf, sizeof buf, "%08d", n + 1);
+  pwrite(fd, buf, 8, 0);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  futimens(fd, times);
+  puts("counted");
+  return n >= 2;
+}
+""")
+    run = RunInput(args=(str(state / "count"),), writable=state)
+    with ProgramHarness(load_module(source), run=run) as harness:   # run 1
+        result, = harness.try_timings([assembly(source)], runs=3)   # run 2 (its check), run 3 (timed)
+    assert result == "a timed run exited with status 1, expected 0"
+    assert (state / "count").read_text() == "00000003"
+
+
+def test_run_input_refuses_what_it_cannot_show(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="the whole file system"):
+        RunInput(args=("/",))
+    with pytest.raises(ValueError, match="new empty folder"):
+        RunInput(args=(".",), base=tmp_path)
+    (tmp_path / "x.c").write_text("")
+    with pytest.raises(NotADirectoryError):
+        RunInput(folders=(tmp_path / "x.c",))
+    with pytest.raises(ValueError, match="0..255"):
+        RunInput(expect_exit=256)
+    (tmp_path / "in.txt").write_text("x")
+    run = RunInput(args=("--input=in.txt", "/usr/include", "-n", "3", "missing.txt"), base=tmp_path)
+    assert [(str(b.source), str(b.target), b.writable) for b in run.binds] == [
+        (str(tmp_path / "in.txt"), "in.txt", False)]
+    assert run.given and not RunInput().given and RunInput().describe() == "no arguments and empty stdin"
+    monkeypatch.chdir(tmp_path)
+    assert RunInput(args=("in.txt",)).binds[0].source == tmp_path / "in.txt"
+
+
+def test_compile_help_says_what_the_checked_runs_see():
+    text = " ".join(bpq("compile", "--help").stdout.split())
+    for words in ("--stdin FILE", "--run-dir DIR", "--writable-dir DIR", "--expect-exit N", "--compare-stderr",
+                  "Other paths are not visible in the sandbox", "The reference run must succeed",
+                  "runs the program with no arguments and empty stdin", "a build whose timed runs fail is never ranked"):
+        assert words in text, words
