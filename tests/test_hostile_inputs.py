@@ -209,22 +209,23 @@ AUTOTOOLS_C = ("gcc -DHAVE_CONFIG_H -I. -I.. -pedantic --std=c99 -g -O2 -MT {nam
                "-c ../src/{name} -fPIC -DPIC -o .libs/{name}.o")
 CMAKE_CXX = ("/usr/bin/c++ -DLEVELDB_PLATFORM_POSIX=1 -I{root}/build/include -I{root}/. -fno-exceptions -fno-rtti "
              "-O3 -DNDEBUG -Werror -Wthread-safety -std=c++11 -fPIC -fvisibility-inlines-hidden "
-             "-o CMakeFiles/db.dir/{name}.o -c {root}/src/{name}")
+             "-Xclang -include-pch -Xclang {root}/build/cmake_pch.hxx.pch -Xclang -include -Xclang "
+             "{root}/build/cmake_pch.hxx -o CMakeFiles/db.dir/{name}.o -c {root}/src/{name}")
 
 
 def test_a_real_build_systems_database_is_taken_whole(tmp_path):
-    """Flags as CMake (zlib, json-c, leveldb), Meson and Autotools write them for C and C++ projects, with the
-    hardening flags distributions add: every entry is accepted, keeps its defines, folders and options, and
-    compiles."""
+    """Flags as CMake (zlib, json-c, leveldb, a precompiled header), Meson and Autotools write them for C and C++
+    projects, with the hardening flags distributions add: every entry is accepted, keeps its defines, folders and
+    options, and compiles."""
     root = tmp_path / "proj"
     for sub in ("src", "build", "third_party"):
         (root / sub).mkdir(parents=True)
     (root / "build" / "config.h").write_text("#define HAVE_THING 1\n")
+    (root / "build" / "cmake_pch.hxx").write_text("#include <vector>\n")      # CMake's precompiled header
     (root / "src" / "a.c").write_text('#include "config.h"\nint a(int x) { return x * HAVE_THING + ZLIB_DLL; }\n')
     (root / "src" / "b.c").write_text("int b(int x) { return x - HAVE_THING; }\n")
     (root / "src" / "c.c").write_text("#include <string.h>\nint c(const char *s) { return (int)strlen(s) + PIC; }\n")
-    (root / "src" / "d.cc").write_text("#include <vector>\n"
-                                       "int d(const std::vector<int>& v) { return (int)v.size(); }\n")
+    (root / "src" / "d.cc").write_text("int d(const std::vector<int>& v) { return (int)v.size(); }\n")
     entries = [{"directory": str(root / "build"), "file": str(root / "src" / "a.c"),
                 "command": CMAKE_C.format(root=root, name="a.c").replace("-I{root}/src", "")},
                {"directory": str(root / "build"), "file": "../src/b.c", "command": MESON_C.format(name="b.c")},
@@ -241,6 +242,7 @@ def test_a_real_build_systems_database_is_taken_whole(tmp_path):
     assert "-fvisibility=hidden" in items[0].flags and "-Wa,--noexecstack" not in items[0].flags
     assert items[1].flags[-2:] == ("-include", "config.h") and "-MF" not in items[1].flags
     assert items[2].flags == ("-DHAVE_CONFIG_H", "-I.", "-I..", "-pedantic", "--std=c99", "-fPIC", "-DPIC")
+    assert items[3].flags[-2:] == ("-include", f"{root}/build/cmake_pch.hxx")    # the header, not the .pch
     module = module_from_compile_commands(db)
     assert set(defined(module)) >= {"a", "b", "c", "_Z1dRKSt6vectorIiSaIiEE"}
 

@@ -151,7 +151,7 @@ def _is_source(name: str) -> bool:
 # emit one module.
 _DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-Xclang-dep", "--serialize-diagnostics", "-Xlinker", "-L", "-l"}
 _DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-MG", "-emit-llvm", "-pipe", "-g", "-flto",
-               "-Werror", "--coverage", "-ftest-coverage"}
+               "-Werror", "--coverage", "-ftest-coverage", "-pg"}
 # Options for the assembler (``-Wa,--noexecstack``) are dropped too: making bitcode never assembles, and clang
 # would turn some of them into front-end options (``-Wa,-mllvm,...``).
 _DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-Wa,",
@@ -207,9 +207,10 @@ _SAFE_EXACT = {"-pthread", "-ansi", "-pedantic", "-pedantic-errors", "--pedantic
 # the ones among them that load code, read or write files or run programs are refused first (_REFUSED).
 _SAFE_PATTERN = re.compile(r"-f[A-Za-z0-9][A-Za-z0-9+_.-]*(=[^/\\]*)?|-m[A-Za-z0-9][A-Za-z0-9+_.-]*(=[^/\\]*)?"
                            r"|-W[A-Za-z0-9+_#-]*(=[A-Za-z0-9+_.#-]*)?")
-# -f flags whose value is a path that is only written into debug information or macros, never opened.
+# -f flags whose value is a path that is only written into debug information or macros (or a seed, as Bazel
+# gives), never opened.
 _PATH_STRINGS = ("-fdebug-prefix-map=", "-fmacro-prefix-map=", "-ffile-prefix-map=", "-fdebug-compilation-dir=",
-                 "-ffile-compilation-dir=")
+                 "-ffile-compilation-dir=", "-frandom-seed=")
 
 _LOADS = "loads code into clang"
 _RUNS = "makes clang run other programs"
@@ -302,11 +303,28 @@ def _refusal(arg: str) -> str:
     return "is not on the allow-list of flags taken from a build file"
 
 
+def _without_precompiled_header(arguments: Sequence[str]) -> List[str]:
+    """CMake's precompiled header for clang (``-Xclang -include-pch -Xclang H.pch -Xclang -include -Xclang H``):
+    the ``.pch`` dropped (clang would load it), the header it was made from included as ``-include H``."""
+    out: List[str] = []
+    i = 0
+    while i < len(arguments):
+        four = arguments[i:i + 4]
+        if len(four) == 4 and four[0] == four[2] == "-Xclang" and four[1] in ("-include-pch", "-include"):
+            out += ["-include", four[3]] if four[1] == "-include" else []
+            i += 4
+        else:
+            out.append(arguments[i])
+            i += 1
+    return out
+
+
 def recorded_flags(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> RecordedFlags:
     """The flags of a recorded command (``arguments[0]`` is the compiler) for clang, screened against the
     allow-list: without the compiler, the source file (however it is spelled: ``a.c``, ``./src/a.c`` or
     absolute), the flags that ours replace and, for a command that also links, the link's inputs and linker-only
-    flags. Nothing is read or run: a response file (``@FILE``) is refused by its name."""
+    flags, and a precompiled header (the header it was made from is included instead). Nothing is read or run: a
+    response file (``@FILE``) is refused by its name."""
     source = (directory / file if directory is not None and not Path(file).is_absolute() else Path(file))
     source = os.path.normpath(str(source))
 
@@ -319,7 +337,7 @@ def recorded_flags(arguments: Sequence[str], file: str, directory: Optional[Path
 
     kept: List[str] = []
     refused: List[Tuple[str, str]] = []
-    rest = iter(arguments[1:])
+    rest = iter(_without_precompiled_header(arguments[1:]))
     for arg in rest:
         if arg in _DROP_WITH_VALUE:
             next(rest, None)
