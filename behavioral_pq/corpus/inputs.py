@@ -8,6 +8,7 @@ result (kind, paths, file contents, flags), so a corpus build can tell what it h
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -266,6 +267,7 @@ def _refused_reason(arg: str) -> Optional[str]:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)     # a database repeats its flags in every entry
 def _allowed(arg: str) -> bool:
     """Whether a flag (one argument, its value joined) is on the allow-list."""
     if arg.startswith("-Wp,"):    # defines for the preprocessor (-Wp,-D_FORTIFY_SOURCE=2, as distributions add)
@@ -287,6 +289,7 @@ def _allowed(arg: str) -> bool:
     return arg.startswith(_PATH_STRINGS)
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def _refusal(arg: str) -> str:
     """Why a flag off the allow-list is refused."""
     reason = _refused_reason(arg)
@@ -405,6 +408,17 @@ def _read_database(path: Path) -> list:
     return entries
 
 
+_PLAIN_COMMAND = re.compile(r"[^'\"\\]*")
+_BLANKS = re.compile(r"[ \t\r\n]+")
+
+
+def _split_command(command: str) -> List[str]:
+    """``shlex.split(command)``, at once for a command without quotes or backslashes (most are)."""
+    if _PLAIN_COMMAND.fullmatch(command):
+        return [word for word in _BLANKS.split(command) if word]
+    return shlex.split(command)
+
+
 def _entry_arguments(path: Path, i: int, entry) -> List[str]:
     """The argument list of entry ``i``, its fields checked."""
     if not isinstance(entry, dict) or "file" not in entry or "directory" not in entry:
@@ -415,8 +429,8 @@ def _entry_arguments(path: Path, i: int, entry) -> List[str]:
     if arguments is None:
         if not isinstance(entry.get("command"), str):
             raise CompileCommandsError(f"{path}: entry {i} has neither 'arguments' nor a 'command' string")
-        try:
-            arguments = shlex.split(entry["command"])  # splitting only; no shell ever runs
+        try:    # splitting only; no shell ever runs
+            arguments = _split_command(entry["command"])
         except ValueError as exc:
             raise CompileCommandsError(f"{path}: entry {i} ({entry['file']}): a command shlex cannot split "
                                        f"({exc})") from None
