@@ -109,8 +109,8 @@ def test_hostile_compile_flags_are_refused_naming_the_flag(hostile, probe):
 
 
 def test_hostile_compile_flags_are_refused_by_the_cli(hostile):
-    """``bpq features --compile-commands`` and ``bpq corpus build --compile-commands``: one line naming the flag,
-    exit 2, nothing run; ``--allow-plugins`` is the explicit way out (and then the build file is trusted)."""
+    """``bpq features``, ``bpq corpus build`` and ``bpq compile --program`` with ``--compile-commands``: one line
+    naming the flag, exit 2, nothing run; a database of safe flags goes through."""
     db = database(hostile, "@plug.rsp")
     features = bpq_cli("features", "--compile-commands", db)
     assert features.returncode == 2, features.stderr
@@ -121,6 +121,9 @@ def test_hostile_compile_flags_are_refused_by_the_cli(hostile):
     assert build.returncode == 2 and f"refused flag '--prefix={hostile}/bin/'" in build.stderr, build.stderr
     assert not (hostile.parent / "PLUGIN-RAN").exists() and not (hostile.parent / "AS-RAN").exists()
     assert not (hostile.parent / "store").exists()
+    program = bpq_cli("compile", "--compile-commands", db, "--program", "a", "-o", hostile.parent / "a.out")
+    assert program.returncode == 2 and "refused flag '--prefix=" in program.stderr, program.stderr
+    assert not (hostile.parent / "AS-RAN").exists() and not (hostile.parent / "a.out").exists()
     db = database(hostile, "-DSEED=3", "-fvisibility=hidden")
     accepted = bpq_cli("features", "--compile-commands", db, "--json")
     assert accepted.returncode == 0 and json.loads(accepted.stdout)["features"]["TotalInsts"] > 0, accepted.stderr
