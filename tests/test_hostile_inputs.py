@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -208,8 +209,8 @@ CMAKE_C = ("/usr/bin/cc -DZLIB_DLL -D_LARGEFILE64_SOURCE=1 -Djson_c_EXPORTS -I{r
 MESON_C = ("cc -Ilib.a.p -I. -I.. -fdiagnostics-color=always -D_FILE_OFFSET_BITS=64 -Wall -Winvalid-pch "
            "-Wextra -Wpedantic -std=c99 -O3 -include config.h -MD -MQ lib.a.p/{name}.o -MF lib.a.p/{name}.o.d "
            "-o lib.a.p/{name}.o -c ../src/{name}")
-AUTOTOOLS_C = ("gcc -DHAVE_CONFIG_H -I. -I.. -pedantic --std=c99 -g -O2 -MT {name}.lo -MD -MP -MF .deps/{name}.Tpo "
-               "-c ../src/{name} -fPIC -DPIC -o .libs/{name}.o")
+AUTOTOOLS_C = ("gcc -DHAVE_CONFIG_H -DPACKAGE_STRING=\\\"xz\\ 5.6\\\" -I. -I.. -pedantic --std=c99 -g -O2 "
+               "-MT {name}.lo -MD -MP -MF .deps/{name}.Tpo -c ../src/{name} -fPIC -DPIC -o .libs/{name}.o")
 CMAKE_CXX = ("/usr/bin/c++ -DLEVELDB_PLATFORM_POSIX=1 -I{root}/build/include -I{root}/. -fno-exceptions -fno-rtti "
              "-O3 -DNDEBUG -Werror -Wthread-safety -std=c++11 -fPIC -fvisibility-inlines-hidden "
              "-Xclang -include-pch -Xclang {root}/build/cmake_pch.hxx.pch -Xclang -include -Xclang "
@@ -238,13 +239,14 @@ def test_a_real_build_systems_database_is_taken_whole(tmp_path):
     db = root / "build" / "compile_commands.json"
     db.write_text(json.dumps(entries))
     for entry in entries:
-        assert recorded_flags(entry["command"].split(), entry["file"], Path(entry["directory"])).refused == ()
+        assert recorded_flags(shlex.split(entry["command"]), entry["file"], Path(entry["directory"])).refused == ()
     items = list(from_compile_commands(db, project="proj"))
     assert len(items) == 4
     assert items[0].flags[:4] == ("-DZLIB_DLL", "-D_LARGEFILE64_SOURCE=1", "-Djson_c_EXPORTS", f"-I{root}/build")
     assert "-fvisibility=hidden" in items[0].flags and "-Wa,--noexecstack" not in items[0].flags
     assert items[1].flags[-2:] == ("-include", "config.h") and "-MF" not in items[1].flags
-    assert items[2].flags == ("-DHAVE_CONFIG_H", "-I.", "-I..", "-pedantic", "--std=c99", "-fPIC", "-DPIC")
+    assert items[2].flags == ("-DHAVE_CONFIG_H", '-DPACKAGE_STRING="xz 5.6"', "-I.", "-I..", "-pedantic", "--std=c99",
+                              "-fPIC", "-DPIC")
     assert items[3].flags[-2:] == ("-include", f"{root}/build/cmake_pch.hxx")    # the header, not the .pch
     module = module_from_compile_commands(db)
     assert set(defined(module)) >= {"a", "b", "c", "_Z1dRKSt6vectorIiSaIiEE"}
