@@ -77,6 +77,12 @@ class CorpusError(BPQError, ValueError):
     """A corpus store is missing, corrupt (a shard that fails its checksum) or from another LLVM version."""
 
 
+class CompileCommandsError(CorpusError):
+    """A ``compile_commands.json`` that is refused: malformed, too large or too deep, an entry whose folder does not
+    exist, or a flag that is not on the allow-list of flags taken from a build file (the message names the entry,
+    the file and the flag, never the content of a file the flag points to)."""
+
+
 class LoweringError(BPQError, RuntimeError):
     """No verified assembly came out of a back end (the LLM's last verdict is in the message; ``result`` holds
     the whole trace)."""

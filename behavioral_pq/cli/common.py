@@ -66,6 +66,10 @@ def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: b
     group.add_argument("--compile-commands", metavar="JSON",
                        help="take the flags of each FILE from a compile_commands.json; with no FILE, every unit it "
                             "lists, linked into one program" + (" (one module)" if several_modules else ""))
+    group.add_argument("--allow-plugins", action="store_true",
+                       help="with --compile-commands: take every flag it gives, not only those known to be safe (by "
+                            "default a flag that could load code into clang, run other programs, read flags from a "
+                            "file or write files, or any unknown flag, refuses the file)")
     group.add_argument("--program", metavar="NAME",
                        help="with --compile-commands: the program whose main is in NAME (a file's path, name "
                             "or stem) with the units it needs, as a static link or `bpq corpus link` finds them")
@@ -120,9 +124,11 @@ def load_program(args):
             raise ValueError("--program picks a program of --compile-commands JSON: give both, and no FILE")
         from behavioral_pq.corpus.programs import program_from_compile_commands
 
-        return program_from_compile_commands(args.compile_commands, program, flags=flags)
+        return program_from_compile_commands(args.compile_commands, program, flags=flags,
+                                             allow_plugins=getattr(args, "allow_plugins", False))
     if getattr(args, "compile_commands", None):
-        return module_from_compile_commands(args.compile_commands, files=args.files, flags=flags)
+        return module_from_compile_commands(args.compile_commands, files=args.files, flags=flags,
+                                            allow_plugins=getattr(args, "allow_plugins", False))
     if not args.files:
         raise ValueError("give FILE (or --compile-commands JSON)")
     return load_module(args.files[0] if len(args.files) == 1 else list(args.files), flags=flags)

@@ -316,8 +316,10 @@ def add_parsers(sub) -> None:
                    help="one module per file, or the files of each directory linked with llvm-link-19")
     p.add_argument("--compile-commands", metavar="JSON", help="build each unit of a compile_commands.json")
     p.add_argument("--allow-plugins", action="store_true",
-                   help="with --compile-commands: keep flags that load code into clang (-fplugin=, -Xclang -load, "
-                        "-B, ...); refused by default")
+                   help="with --compile-commands: take every flag it gives, not only those known to be safe (by "
+                        "default a flag that could load code into clang, run other programs, read flags from a "
+                        "file or write files, such as -fplugin=, -Xclang, @FILE, -ftime-trace=, or any unknown "
+                        "flag, refuses the file)")
     p.add_argument("--project", metavar="NAME",
                    help="with --compile-commands: the units are one real program (origin project:NAME, one split "
                         "group, reported as real programs)")

@@ -53,6 +53,8 @@ def run_tool(argv: Sequence[str], *, timeout: float = 120.0, input: Optional[byt
     except subprocess.TimeoutExpired as exc:
         raise ToolTimeoutError(f"{Path(argv[0]).name} timed out after {timeout:g} s") from exc
     except FileNotFoundError as exc:
+        if cwd is not None and not Path(cwd).is_dir():
+            raise ToolError(f"cannot run {Path(argv[0]).name} in {cwd}: no such folder") from None
         raise ToolNotFoundError(f"{argv[0]} not found") from exc
     if proc.returncode != 0:
         stderr = proc.stderr.decode(errors="replace").strip()

@@ -8,11 +8,14 @@ result (kind, paths, file contents, flags), so a corpus build can tell what it h
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -20,6 +23,9 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, link_bitcode
 from behavioral_pq.corpus.buckets import project_origin
+from behavioral_pq.errors import CompileCommandsError
+
+logger = logging.getLogger(__name__)
 
 IR_SUFFIXES = (".ll", ".bc")
 SOURCE_SUFFIXES = tuple(C_SUFFIXES) + tuple(CXX_SUFFIXES) + IR_SUFFIXES
@@ -131,43 +137,197 @@ def _is_source(name: str) -> bool:
     return name.endswith(SOURCE_SUFFIXES)
 
 
+# -- flags of a recorded build ------------------------------------------------------------------------------------
+#
+# A compile_commands.json is a third-party file, and clang does more with flags than compile: load plugins, read
+# more flags from files, run other programs, write files. So the flags it gives are screened against an
+# allow-list: the flags that ours replace (output, dependency files, optimization and debug levels,
+# instrumentation) and the link's inputs are dropped first (clang never sees them); every other flag must be one
+# known to be safe (a define, a folder to search, a header to read, a language standard, a warning, a code
+# generation or target option that names no path), or the whole file is refused, naming the entry, the file and
+# the flag. ``allow_plugins=True`` (``--allow-plugins``) keeps every flag that is not dropped, unscreened.
+
 # Flags of a recorded build that do not belong in IR generation: output, dependency files, optimization and
-# debug levels (ours replace them), and things that would make clang do something other than emit one module.
+# debug levels (ours replace them), instrumentation, and things that would make clang do something other than
+# emit one module.
 _DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-Xclang-dep", "--serialize-diagnostics", "-Xlinker", "-L", "-l"}
-_DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-emit-llvm", "-pipe", "-g", "-flto", "-Werror"}
-_DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-save-temps")
+_DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-MG", "-emit-llvm", "-pipe", "-g", "-flto",
+               "-Werror", "--coverage", "-ftest-coverage", "-pg"}
+# Options for the assembler (``-Wa,--noexecstack``) are dropped too: making bitcode never assembles, and clang
+# would turn some of them into front-end options (``-Wa,-mllvm,...``).
+_DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-Wa,",
+                "-save-temps", "--save-temps", "-fcs-profile", "-fauto-profile", "-fmemory-profile", "-fxray")
+# A dependency file asked of the preprocessor (``-Wp,-MD,.deps/a.d``, as the Linux kernel's build does).
+_DEPENDENCY_WP = re.compile(r"-Wp,-M{1,2}D,[^,]+")
 # A command that compiles and links in one step (``cc -o tool tool.c libutil.a -lm``, as Make rules often do and
 # Bear records) also names the link's inputs; with ``-x c`` in front of them clang would compile those too.
 _LINKER_INPUT = re.compile(r"\.(a|o|lo|la|obj|so|dylib)(\.[0-9.]+)?$")
-_LINKER_ONLY_PREFIX = ("-l", "-L", "-fuse-ld=")
-_LINKER_ONLY_EXACT = {"-shared", "-static", "-rdynamic", "-pie", "-no-pie", "-nostdlib", "-nodefaultlibs"}
+_LINKER_ONLY_PREFIX = ("-l", "-L", "-fuse-ld=", "-rtlib=", "-unwindlib=")
+_LINKER_ONLY_EXACT = {"-shared", "-static", "-rdynamic", "-pie", "-no-pie", "-static-pie", "-nostdlib",
+                      "-nodefaultlibs", "-nostartfiles", "-static-libgcc", "-static-libstdc++"}
+# The other sources of a command that compiles several (each has its own entry).
+_OTHER_SOURCE = tuple(SOURCE_SUFFIXES) + (".s", ".S", ".sx", ".asm")
 # Jobs the clang driver runs itself, recorded by tools that watch every process (Bear): the driver's own
 # command for the same source is in the database too.
 _FRONTEND_JOBS = {"-cc1", "-cc1as"}
 
-
-# Flags that make clang load or run other code: a third-party compile_commands.json is refused when it has them,
-# unless the user allows them (allow_plugins=True, --allow-plugins).
-_CODE_LOADING_PREFIX = ("-fplugin", "-fpass-plugin", "--load-pass-plugin", "-B")
-_CODE_LOADING_XCLANG = ("-load", "-plugin", "-add-plugin", "-plugin-arg", "-load-pass-plugin")
-
-
-def code_loading_flags(arguments: Sequence[str]) -> List[str]:
-    """The flags of a recorded command that would make clang load plugins or run other programs."""
-    found = []
-    for i, arg in enumerate(arguments):
-        if arg.startswith(_CODE_LOADING_PREFIX):
-            found.append(arg)
-        elif arg in ("-Xclang", "-mllvm") and i + 1 < len(arguments) \
-                and arguments[i + 1].startswith(_CODE_LOADING_XCLANG):
-            found.append(f"{arg} {arguments[i + 1]}")
-    return found
+_HEADER = re.compile(r"[^@]*\.(h|hh|hpp|hxx|h\+\+|inc|def)")
+_STANDARD = re.compile(r"[A-Za-z0-9+]+")
+_TRIPLE = re.compile(r"[A-Za-z0-9_.-]+")
+_LANGUAGES = {"c", "c++", "cpp-output", "c++-cpp-output"}
 
 
-def _clean_arguments(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> Tuple[str, ...]:
-    """The flags of a recorded command without the compiler, the source file (however it is spelled: ``a.c``,
-    ``./src/a.c`` or absolute), the flags that ours replace and, for a command that also links, the link's inputs
-    and linker-only flags."""
+def _anything(value: str) -> bool:
+    return bool(value)
+
+
+# Allowed flags with a value, joined (``-Iinclude``, ``-std=c99``) or as the next argument (``-I include``): the
+# flag and what its value may be. A folder to search or a define may be anything; ``-include`` may only name a
+# header (it reads the file as C); ``-x`` only C or C++. Longest first, so ``-iwithprefixbefore`` is not read as
+# ``-iwithprefix`` with a value.
+_VALUE_FLAGS = sorted({
+    "-I": _anything, "-isystem": _anything, "-iquote": _anything, "-idirafter": _anything,
+    "-cxx-isystem": _anything, "-iprefix": _anything, "-iwithprefix": _anything, "-iwithprefixbefore": _anything,
+    "-isysroot": _anything, "--sysroot": _anything, "-D": _anything, "-U": _anything,
+    "-include": _HEADER.fullmatch, "-imacros": _HEADER.fullmatch, "-x": _LANGUAGES.__contains__,
+    "-target": _TRIPLE.fullmatch, "--target": _TRIPLE.fullmatch, "-std": _STANDARD.fullmatch,
+    "--std": _STANDARD.fullmatch, "-stdlib": _STANDARD.fullmatch,
+}.items(), key=lambda kv: -len(kv[0]))
+# Of those, the ones clang also takes with the value as the next argument (the others only joined, ``-std=c99``).
+_SEPARATE_VALUE = {"-I", "-isystem", "-iquote", "-idirafter", "-cxx-isystem", "-iprefix", "-iwithprefix",
+                   "-iwithprefixbefore", "-isysroot", "--sysroot", "-D", "-U", "-include", "-imacros", "-x",
+                   "-target", "--std"}
+# Joined with "=" (``--sysroot=DIR``), not directly (``-isysrootDIR`` is also fine for clang, ``-stdc99`` is not).
+_EQUALS_ONLY = {"--sysroot", "--target", "-std", "--std", "-stdlib"}
+
+_SAFE_EXACT = {"-pthread", "-ansi", "-pedantic", "-pedantic-errors", "--pedantic", "--pedantic-errors", "-w",
+               "-nostdinc", "-nostdinc++", "-nostdlibinc", "-nobuiltininc", "-undef", "-C", "-CC", "-P",
+               "-trigraphs", "-integrated-as", "-no-canonical-prefixes", "-Qunused-arguments"}
+# Code generation options (``-fPIC``, ``-fvisibility=hidden``), target options (``-march=native``, ``-mavx2``)
+# and warnings (``-Wall``, ``-Wno-unused``, ``-Wframe-larger-than=4096``), with a value that names no path:
+# the ones among them that load code, read or write files or run programs are refused first (_REFUSED).
+_SAFE_PATTERN = re.compile(r"-f[A-Za-z0-9][A-Za-z0-9+_.-]*(=[^/\\]*)?|-m[A-Za-z0-9][A-Za-z0-9+_.-]*(=[^/\\]*)?"
+                           r"|-W[A-Za-z0-9+_#-]*(=[A-Za-z0-9+_.#-]*)?")
+# -f flags whose value is a path that is only written into debug information or macros (or a seed, as Bazel
+# gives), never opened.
+_PATH_STRINGS = ("-fdebug-prefix-map=", "-fmacro-prefix-map=", "-ffile-prefix-map=", "-fdebug-compilation-dir=",
+                 "-ffile-compilation-dir=", "-frandom-seed=")
+
+_LOADS = "loads code into clang"
+_RUNS = "makes clang run other programs"
+_WRITES = "makes clang write files"
+_READS = "makes clang read a file given by the build file"
+# Flags refused with the reason, by prefix (checked after the dropped ones, before the allowed ones). The table
+# names the dangerous flags a reader would look for; anything else not allowed is refused all the same.
+_REFUSED = (
+    ("@", "reads more flags from a response file"), ("--config", "reads more flags from a configuration file"),
+    ("--no-default-config", "changes which configuration file clang reads"),
+    ("-Xclang", "passes options to clang's front end unchecked"), ("-mllvm", "passes options to LLVM unchecked"),
+    ("-X", "passes options to another tool unchecked"), ("-Wp,", "passes options to the preprocessor unchecked"),
+    ("-fplugin", _LOADS), ("-fpass-plugin", _LOADS),
+    ("-B", _RUNS), ("--prefix", _RUNS), ("-ccc-", _RUNS), ("--gcc-toolchain", _RUNS), ("--gcc-install-dir", _RUNS),
+    ("--ld-path", _RUNS), ("-fno-integrated-as", _RUNS), ("-no-integrated-as", _RUNS), ("-fno-integrated-cc1", _RUNS),
+    ("-ftime-trace", _WRITES), ("-fproc-stat-report", _WRITES), ("-foptimization-record", _WRITES),
+    ("-fsave-optimization-record", _WRITES), ("-fcrash-diagnostics", _WRITES), ("-fstack-usage", _WRITES),
+    ("-save-stats", _WRITES), ("--save-stats", _WRITES), ("-MJ", _WRITES), ("-fdump", _WRITES),
+    ("-module-", _WRITES), ("-fmodule", "reads and writes a module cache"), ("-fimplicit-module", _WRITES),
+    ("-fcxx-modules", _WRITES), ("-fbuiltin-module-map", _READS), ("-fprebuilt-", _READS), ("-fpch", _WRITES),
+    ("-include-pch", _READS), ("-ivfsoverlay", _READS), ("-fembed-offload-object", _READS),
+    ("-fbuild-session-file", _READS), ("-frandomize-layout-seed-file", _READS), ("-fdepfile-entry", _READS),
+    ("-fexperimental-sanitize-metadata", _READS), ("-fbasic-block-sections=list", _READS),
+    ("-fthinlto-index", _READS), ("-fthin-link-bitcode", _WRITES), ("-fhip-dump", _WRITES),
+    ("-fbootclasspath", _READS), ("-fclasspath", _READS), ("-fextdirs", _READS), ("-fcompile-resource", _READS),
+    ("-foutput-class-dir", _WRITES), ("-fopenmp-targets", _RUNS), ("-foffload", _RUNS), ("--offload", _RUNS),
+    ("-specs", _READS), ("--embed-dir", _READS), ("-mlink", _READS),
+)
+# Refused flags that take the next argument as their value: named together (``-Xclang -load``).
+_REFUSED_WITH_VALUE = {"-Xclang", "-mllvm", "-Xassembler", "-Xpreprocessor", "-Xanalyzer", "-Xopenmp-target",
+                       "-B", "--prefix", "--config", "-MJ", "-include-pch", "-ivfsoverlay", "-module-dependency-dir"}
+
+
+@dataclass(frozen=True)
+class RecordedFlags:
+    """The flags of one recorded command, screened.
+
+    Attributes:
+        flags: what clang gets (with ``allow_plugins``): the command without the compiler, the source, the
+            dropped flags and the link's inputs; refused flags included, in their place.
+        refused: ``(flag, reason)`` for each flag off the allow-list, a flag taking the next argument named with
+            it (``"-Xclang -load"``). Empty: every flag in ``flags`` is known to be safe.
+    """
+
+    flags: Tuple[str, ...]
+    refused: Tuple[Tuple[str, str], ...]
+
+
+def _refused_reason(arg: str) -> Optional[str]:
+    for prefix, reason in _REFUSED:
+        if arg.startswith(prefix):
+            return reason
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)     # a database repeats its flags in every entry
+def _allowed(arg: str) -> bool:
+    """Whether a flag (one argument, its value joined) is on the allow-list."""
+    if arg.startswith("-Wp,"):    # defines for the preprocessor (-Wp,-D_FORTIFY_SOURCE=2, as distributions add)
+        return all(len(part) > 2 and part.startswith(("-D", "-U")) for part in arg[4:].split(","))
+    if _refused_reason(arg) is not None:
+        return False
+    if arg in _SAFE_EXACT:
+        return True
+    for flag, check in _VALUE_FLAGS:
+        if arg.startswith(flag) and len(arg) > len(flag):
+            value = arg[len(flag):]
+            if flag in _EQUALS_ONLY:
+                if not value.startswith("="):
+                    continue
+                value = value[1:]
+            return bool(check(value))
+    if _SAFE_PATTERN.fullmatch(arg):
+        return True
+    return arg.startswith(_PATH_STRINGS)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _refusal(arg: str) -> str:
+    """Why a flag off the allow-list is refused."""
+    reason = _refused_reason(arg)
+    if reason is not None:
+        return reason
+    if arg.startswith("-x"):
+        return "compiles the unit as another language than C or C++"
+    if arg.startswith(("-include", "-imacros")):
+        return "reads a file that is not a header"
+    if arg.startswith(("-f", "-m", "-W")) and "=" in arg:
+        return "names a path"
+    if not arg.startswith("-"):
+        return "is an input other than the entry's file"
+    return "is not on the allow-list of flags taken from a build file"
+
+
+def _without_precompiled_header(arguments: Sequence[str]) -> List[str]:
+    """CMake's precompiled header for clang (``-Xclang -include-pch -Xclang H.pch -Xclang -include -Xclang H``):
+    the ``.pch`` dropped (clang would load it), the header it was made from included as ``-include H``."""
+    out: List[str] = []
+    i = 0
+    while i < len(arguments):
+        four = arguments[i:i + 4]
+        if len(four) == 4 and four[0] == four[2] == "-Xclang" and four[1] in ("-include-pch", "-include"):
+            out += ["-include", four[3]] if four[1] == "-include" else []
+            i += 4
+        else:
+            out.append(arguments[i])
+            i += 1
+    return out
+
+
+def recorded_flags(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> RecordedFlags:
+    """The flags of a recorded command (``arguments[0]`` is the compiler) for clang, screened against the
+    allow-list: without the compiler, the source file (however it is spelled: ``a.c``, ``./src/a.c`` or
+    absolute), the flags that ours replace and, for a command that also links, the link's inputs and linker-only
+    flags, and a precompiled header (the header it was made from is included instead). Nothing is read or run: a
+    response file (``@FILE``) is refused by its name."""
     source = (directory / file if directory is not None and not Path(file).is_absolute() else Path(file))
     source = os.path.normpath(str(source))
 
@@ -179,21 +339,104 @@ def _clean_arguments(arguments: Sequence[str], file: str, directory: Optional[Pa
         return os.path.normpath(str(directory / arg) if not Path(arg).is_absolute() else arg) == source
 
     kept: List[str] = []
-    skip = False
-    for arg in arguments[1:]:
-        if skip:
-            skip = False
-            continue
+    refused: List[Tuple[str, str]] = []
+    rest = iter(_without_precompiled_header(arguments[1:]))
+    for arg in rest:
         if arg in _DROP_WITH_VALUE:
-            skip = True
+            next(rest, None)
             continue
-        if arg in _DROP_EXACT or arg.startswith(_DROP_PREFIX) or is_source(arg) or arg.startswith("-o"):
+        if arg in _DROP_EXACT or arg.startswith(_DROP_PREFIX) or is_source(arg) or arg.startswith("-o") \
+                or _DEPENDENCY_WP.fullmatch(arg):
             continue
-        if arg in _LINKER_ONLY_EXACT or arg.startswith(_LINKER_ONLY_PREFIX) \
-                or (not arg.startswith("-") and _LINKER_INPUT.search(arg)):
+        if arg in _LINKER_ONLY_EXACT or arg.startswith(_LINKER_ONLY_PREFIX):
+            continue
+        if not arg.startswith(("-", "@")) and (_LINKER_INPUT.search(arg) or arg.endswith(_OTHER_SOURCE)):
+            continue
+        if arg in _SEPARATE_VALUE:
+            value = next(rest, None)
+            if value is None:
+                refused.append((arg, "lacks its value"))
+                kept.append(arg)
+                continue
+            kept += [arg, value]
+            if not _allowed(arg + ("=" if arg in _EQUALS_ONLY else "") + value):
+                refused.append((f"{arg} {value}", _refusal(arg + value)))
             continue
         kept.append(arg)
-    return tuple(kept)
+        if _allowed(arg):
+            continue
+        if arg in _REFUSED_WITH_VALUE:
+            value = next(rest, None)
+            if value is not None:
+                kept.append(value)
+                arg = f"{arg} {value}"
+        refused.append((arg, _refusal(arg)))
+    return RecordedFlags(tuple(kept), tuple(refused))
+
+
+#: At most this many entries are read from one compile_commands.json (the largest real projects list tens of
+#: thousands); past it the file is refused rather than compiled for hours.
+MAX_COMPILE_COMMANDS = 100_000
+#: At most this many bytes of compile_commands.json are read.
+MAX_COMPILE_COMMANDS_BYTES = 1 << 30
+
+
+def _read_database(path: Path) -> list:
+    """The entries of a compile_commands.json: a regular file of at most MAX_COMPILE_COMMANDS_BYTES, valid JSON
+    (nested no deeper than Python's parser goes), a list. Raises FileNotFoundError or CompileCommandsError."""
+    try:
+        info = path.stat()
+    except OSError:
+        raise FileNotFoundError(f"no such file: {path}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CompileCommandsError(f"{path}: not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_COMPILE_COMMANDS_BYTES + 1)
+    if len(data) > MAX_COMPILE_COMMANDS_BYTES:
+        raise CompileCommandsError(f"{path}: larger than {MAX_COMPILE_COMMANDS_BYTES >> 20} MiB; refused")
+    try:
+        entries = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CompileCommandsError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CompileCommandsError(f"{path}: JSON nested too deep to be a compile database") from None
+    if not isinstance(entries, list):
+        raise CompileCommandsError(f"{path}: expected a JSON list of compile commands")
+    if len(entries) > MAX_COMPILE_COMMANDS:
+        raise CompileCommandsError(f"{path}: {len(entries):,} entries, more than the {MAX_COMPILE_COMMANDS:,} bpq "
+                                   "compiles from one database; split it")
+    return entries
+
+
+_PLAIN_COMMAND = re.compile(r"[^'\"\\]*")
+_BLANKS = re.compile(r"[ \t\r\n]+")
+
+
+def _split_command(command: str) -> List[str]:
+    """``shlex.split(command)``, at once for a command without quotes or backslashes (most are)."""
+    if _PLAIN_COMMAND.fullmatch(command):
+        return [word for word in _BLANKS.split(command) if word]
+    return shlex.split(command)
+
+
+def _entry_arguments(path: Path, i: int, entry) -> List[str]:
+    """The argument list of entry ``i``, its fields checked."""
+    if not isinstance(entry, dict) or "file" not in entry or "directory" not in entry:
+        raise CompileCommandsError(f"{path}: entry {i} lacks 'file' or 'directory'")
+    if not isinstance(entry["file"], str) or not isinstance(entry["directory"], str):
+        raise CompileCommandsError(f"{path}: entry {i}: 'file' and 'directory' must be strings")
+    arguments = entry.get("arguments")
+    if arguments is None:
+        if not isinstance(entry.get("command"), str):
+            raise CompileCommandsError(f"{path}: entry {i} has neither 'arguments' nor a 'command' string")
+        try:    # splitting only; no shell ever runs
+            arguments = _split_command(entry["command"])
+        except ValueError as exc:
+            raise CompileCommandsError(f"{path}: entry {i} ({entry['file']}): a command shlex cannot split "
+                                       f"({exc})") from None
+    if not isinstance(arguments, list) or not all(isinstance(a, str) for a in arguments):
+        raise CompileCommandsError(f"{path}: entry {i}: 'arguments' must be a list of strings")
+    return arguments
 
 
 def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, group_regex: Optional[str] = None,
@@ -202,54 +445,72 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
     it).
 
     Each unit keeps its own flags (defines, includes, language standard) and runs in its own directory; the
-    output, dependency, optimization and debug flags of the recorded command are dropped for ours. A command that
-    compiles and links in one step loses its link inputs (``libutil.a``, ``-lm``); clang's own frontend jobs
-    (``clang -cc1 ...``, which Bear records next to the driver's command) are skipped.
+    output, dependency, optimization, debug and instrumentation flags of the recorded command are dropped for
+    ours. A command that compiles and links in one step loses its link inputs (``libutil.a``, ``-lm``); clang's
+    own frontend jobs (``clang -cc1 ...``, which Bear records next to the driver's command) are skipped.
+
+    Every other flag must be on the allow-list (:func:`recorded_flags`), or the whole file is refused before
+    anything is compiled, naming the entry, its file and the flag: a third-party build file could otherwise load
+    code into clang (``-fplugin=``, ``-Xclang -load``), run other programs (``--prefix=DIR
+    -fno-integrated-as``), read more flags from files (``@FILE``, ``--config=``) or write files
+    (``-ftime-trace=``).
+
+    A file listed more than once (CMake's static and shared builds of one library) gives one unit, its first
+    entry's: two units of one file would define every symbol twice in a linked program. Entries with the same
+    flags are collapsed silently; entries with other flags are logged.
 
     Args:
         project: the units are one real program: origin ``project:NAME`` (a *real* program for the reports,
             :mod:`behavioral_pq.corpus.buckets`) and one split group, so a project never straddles train and test
             (unless ``group_regex`` says otherwise).
-        allow_plugins: keep flags that load code into clang or make it run other programs (``-fplugin=``,
-            ``-Xclang -load``, ``-B``, ...); by default a file with any of them is refused, since a third-party
-            build file could run code on this machine through them.
+        allow_plugins: keep every flag that is not dropped, unscreened (the explicit way out for a build file the
+            user trusts).
     Raises:
-        FileNotFoundError, ValueError: a missing or malformed file, or both ``origin`` and ``project``.
+        FileNotFoundError: no such file. CompileCommandsError (a ValueError): a malformed file, more than
+        :data:`MAX_COMPILE_COMMANDS` entries, an entry whose folder does not exist, or a refused flag.
+        ValueError: both ``origin`` and ``project``.
     """
     if project is not None:
         if origin is not None:
             raise ValueError("give origin or project, not both (a project's origin is 'project:NAME')")
         origin = project_origin(project)
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    try:
-        entries = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a JSON list of compile commands")
+    entries = _read_database(path)
     regex = re.compile(group_regex) if group_regex else None
     label = origin or path.resolve().parent.name
+    units = {}      # resolved source -> (source, directory, flags) of the first entry of each file
+    conflicts = {}  # resolved source -> entries with other flags
+    folders = {}
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or "file" not in entry or "directory" not in entry:
-            raise ValueError(f"{path}: entry {i} lacks 'file' or 'directory'")
-        arguments = entry.get("arguments")
-        if arguments is None:
-            if "command" not in entry:
-                raise ValueError(f"{path}: entry {i} has neither 'arguments' nor 'command'")
-            arguments = shlex.split(entry["command"])  # splitting only; no shell ever runs
+        arguments = _entry_arguments(path, i, entry)
         if len(arguments) > 1 and arguments[1] in _FRONTEND_JOBS:
             continue
         directory = Path(entry["directory"])
         file = Path(entry["file"])
+        screened = recorded_flags(arguments, entry["file"], directory)
+        if screened.refused and not allow_plugins:
+            named = "; ".join(f"{flag!r}: it {reason}" for flag, reason in screened.refused[:4])
+            more = f"; and {len(screened.refused) - 4} more" if len(screened.refused) > 4 else ""
+            raise CompileCommandsError(
+                f"{path}: entry {i} ({entry['file']}): refused flag {named}{more}. Nothing was compiled: only flags "
+                "known to be safe are taken from a build file (--allow-plugins takes them all, for a build file "
+                "you trust)")
+        if entry["directory"] not in folders:
+            folders[entry["directory"]] = directory.is_dir()
+        if not folders[entry["directory"]]:
+            what = "is not a folder" if directory.exists() else "does not exist"
+            raise CompileCommandsError(f"{path}: entry {i} ({entry['file']}): its directory {directory} {what} "
+                                       "(a database made on another machine, or a build folder removed since?)")
         source = file if file.is_absolute() else directory / file
-        if not allow_plugins:
-            loading = code_loading_flags(arguments)
-            if loading:
-                raise ValueError(f"{path}: entry {i} ({entry['file']}) has flags that load or run other code "
-                                 f"({', '.join(loading)}); refused (allow them with --allow-plugins)")
-        flags = _clean_arguments(arguments, entry["file"], directory)
+        resolved = str(source.resolve())
+        if resolved not in units:
+            units[resolved] = (source, directory, screened.flags)
+        elif units[resolved][1:] != (directory, screened.flags):
+            conflicts[resolved] = conflicts.get(resolved, 0) + 1
+    if conflicts:
+        logger.warning("%s: %d files have several entries with other flags (a static and a shared build?); the "
+                       "first entry of each is used, e.g. %s", path, len(conflicts), next(iter(conflicts)))
+    for source, directory, flags in units.values():
         suffix = source.suffix
         language = "c++" if suffix in CXX_SUFFIXES else "c" if suffix in C_SUFFIXES else None
         group = project if project is not None and regex is None else _group_of(str(source), regex)
