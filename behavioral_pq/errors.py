@@ -68,6 +68,11 @@ class PassTimeoutError(EngineError, TimeoutError):
     """A pipeline ran past the per-module timeout on a module; the worker running it was killed."""
 
 
+class DeadlineError(BPQError, TimeoutError):
+    """A call's deadline (``deadline=``, a ``time.monotonic()`` value) passed before its work was done: the work
+    left was dropped and the workers running it were replaced."""
+
+
 class CorpusError(BPQError, ValueError):
     """A corpus store is missing, corrupt (a shard that fails its checksum) or from another LLVM version."""
 

@@ -27,10 +27,11 @@ class CrashesOn:
             errors = [PassCrashError("LLVM crashed", module="m", pipeline_index=crashing[0]) for _ in bitcodes]
         return features, errors
 
-    def autophase_tree(self, roots, parents, edges, wanted=None, keep=None, names=None, progress=None):
+    def autophase_tree(self, roots, parents, edges, wanted=None, keep=None, names=None, progress=None,
+                       deadline=None):
         safe = [p if not self._crash(p) else "function(no-op-function)" for p in edges]
         features, kept, errors = self.engine.autophase_tree(roots, parents, safe, wanted=wanted, keep=keep,
-                                                            names=names)
+                                                            names=names, deadline=deadline)
         for i, edge in enumerate(edges):
             if self._crash(edge):
                 errors[i] = PassCrashError("LLVM crashed", module="m", pipeline=edge)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 LIBRARY_EPILOG = """\
@@ -35,11 +36,52 @@ def _encoder(args):
     return load_encoder(args.checkpoint) if getattr(args, "checkpoint", None) else None
 
 
-def run_auto(args, module, target=None) -> dict:
+class SearchBar:
+    """A pipeline search's progress on stderr (tqdm), fed :class:`~behavioral_pq.tasks.guidance.SearchProgress`:
+    the step, compilations done / budget, the best so far against -Oz, and the time since the bar began. Shown
+    only when ``enabled`` (stderr a terminal, no ``--json``); use as a context manager."""
+
+    def __init__(self, budget: int, enabled: bool):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=budget, file=sys.stderr, disable=not enabled, leave=False, dynamic_ncols=True,
+                        bar_format="{desc}: {n}/{total} compilations, {postfix} [{elapsed}]")
+        self.bar.set_postfix_str("-Oz not measured yet", refresh=False)
+
+    def __call__(self, progress) -> None:
+        step = progress.phase + (f" ({progress.done}/{progress.total} probe nodes)" if progress.total else "")
+        self.bar.set_description_str(step, refresh=False)
+        self.bar.n = progress.compilations
+        if progress.oz is not None:
+            unit = "bytes" if progress.objective == "text-size" else "instructions"
+            change = 100.0 * (progress.best - progress.oz) / max(progress.oz, 1)
+            self.bar.set_postfix_str(f"best {progress.best} {unit}, -Oz {progress.oz} ({change:+.1f}%)",
+                                     refresh=False)
+        self.bar.refresh()
+
+    def __enter__(self) -> "SearchBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+def seconds_left(args, started: float):
+    """What is left of ``--seconds`` (None without it) at this point of a command that began at ``started``
+    (``time.monotonic()``); at least a millisecond, so that -Oz is still measured when loading took it all."""
+    if getattr(args, "seconds", None) is None:
+        return None
+    return max(1e-3, args.seconds - (time.monotonic() - started))
+
+
+def run_auto(args, module, target=None, started=None) -> dict:
     """``bpq optimize FILE --auto``: recommend, apply, verify, and say how it compares with -Oz. ``target``: the
-    target of ``--objective text-size`` (its candidates are compiled for it)."""
+    target of ``--objective text-size`` (its candidates are compiled for it), or of the ir-count result, built
+    here in target mode next to -Oz (``oz`` and ``result`` of the returned dict; ``note`` says when -Oz is
+    written instead). ``started``: when the command began (``--seconds`` counts from there)."""
     from behavioral_pq.tasks.guidance import load_library, recommend_and_optimize
 
+    started = time.monotonic() if started is None else started
     objective = getattr(args, "objective", "ir-count")
     if args.learn and not args.library:
         raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
@@ -47,15 +89,47 @@ def run_auto(args, module, target=None) -> dict:
         raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
-    if sys.stderr.isatty():
-        print(f"embedding {module.name} (probes), then trying up to {args.budget} pipelines...", file=sys.stderr)
-    found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn,
-                                           progress=sys.stderr.isatty(), objective=objective,
-                                           target=target if objective == "text-size" else None,
-                                           seconds=getattr(args, "seconds", None))
+    rebuild = target is not None and objective == "ir-count"   # searched in measure mode, built for the target
+    with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar:
+        found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder,
+                                               learn=args.learn, progress=bar, objective=objective,
+                                               target=target if objective == "text-size" else None,
+                                               seconds=seconds_left(args, started), reserve_builds=2 * rebuild)
+        auto = {"recommendation": found, "result": result, "oz": None, "note": None}
+        if rebuild:
+            auto.update(target_builds(module, found, target, started, args, bar))
     if args.learn:
         library.save(args.library)
-    return {"recommendation": found, "result": result}
+    return auto
+
+
+def target_builds(module, found, target, started: float, args, bar) -> dict:
+    """The module after -Oz and after the recommended pipeline in target mode for ``target``: what ``bpq
+    optimize --auto`` writes when it searched in measure mode. -Oz is built first and always (the floor); the
+    recommended pipeline within what is left of ``--seconds``. The smaller is the result (-Oz on a tie)."""
+    from behavioral_pq.core.engine import default_engine
+    from behavioral_pq.core.module import Module
+    from behavioral_pq.errors import DeadlineError
+    from behavioral_pq.tasks.guidance import OZ
+
+    engine = default_engine()
+    bar.bar.set_description_str("build for the target", refresh=True)
+    oz = Module(engine.run_pipeline(module.bitcode, "default<Oz>", module.name, target=target), name=module.name,
+                source=module.source)
+    if found.steps == (OZ,):
+        return {"oz": oz, "result": oz, "note": None}
+    left = seconds_left(args, started)
+    try:
+        bitcode = engine.run_pipeline(module.bitcode, found.pipeline, module.name, target=target,
+                                      deadline=None if left is None else time.monotonic() + left)
+    except DeadlineError:
+        return {"oz": oz, "result": oz, "note": "the recommended pipeline's build did not end within --seconds: "
+                                                "-Oz written"}
+    result = Module(bitcode, name=module.name, source=module.source)
+    if result.instruction_count >= oz.instruction_count:
+        return {"oz": oz, "result": oz, "note": f"the recommended pipeline gives {result.instruction_count} here: "
+                                                "-Oz written"}
+    return {"oz": oz, "result": result, "note": None}
 
 
 def cmd_library_build(args) -> int:
