@@ -45,7 +45,7 @@ class SearchBar:
         from tqdm import tqdm
 
         self.bar = tqdm(total=budget, file=sys.stderr, disable=not enabled, leave=False, dynamic_ncols=True,
-                        bar_format="{desc}: {n}/{total} compilations, {postfix} [{elapsed}]")
+                        bar_format="{desc}: {n}/{total} compilations{postfix} [{elapsed}]")
         self.bar.set_postfix_str("-Oz not measured yet", refresh=False)
 
     def __call__(self, progress) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from behavioral_pq.cli.common import (
     parse_passes,
     size_target,
 )
+from behavioral_pq.cli.guidance import SearchBar
 
 LLM_HELP = """\
 LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
@@ -204,7 +206,8 @@ def cmd_compile(args) -> int:
             # for size in target mode each candidate is compiled and its .text measured; in measure mode, the
             # library's own objective (IR instructions) is all there is
             objective = "text-size" if target is not None else "ir-count"
-            found = recommend_pipeline(module, args.budget, objective=objective, target=target)
+            with SearchBar(args.budget, sys.stderr.isatty()) as bar:
+                found = recommend_pipeline(module, args.budget, objective=objective, target=target, progress=bar)
             pipeline = found.pipeline
             result = (f".text: -Oz gives {found.oz_text_size} bytes, this {found.text_size}" if target is not None
                       else f"-Oz gives {found.oz_count} instructions, this {found.instruction_count}")
