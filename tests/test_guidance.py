@@ -167,6 +167,23 @@ def test_a_time_bound_holds_for_the_whole_search_on_a_large_module(lib_world, en
         recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, seconds=1, reserve_builds=-1)
 
 
+def test_probes_that_overrun_their_share_of_a_time_bound_are_stopped(lib_world, engine, tmp_path, monkeypatch):
+    import behavioral_pq.tasks.guidance.recommend as recommend
+
+    source = tmp_path / "big.c"
+    source.write_text(big_program(300))
+    module = bpq.load_module(source)
+    monkeypatch.setattr(recommend, "PROBES_PER_OZ", 0.0)        # an estimate far too low: the probes start
+    monkeypatch.setenv("BPQ_NO_CACHE", "1")
+    start = time.monotonic()
+    found = recommend_pipeline(module, 1000, library=lib_world["library"], encoder=lib_world["encoder"],
+                               engine=engine, seconds=2.0)
+    elapsed = time.monotonic() - start
+    assert any(note.startswith("probes stopped") for note in found.notes), found.notes
+    assert elapsed <= 2.0 * 1.1 + 1.0 and found.probe_compilations == 0 and found.neighbors == ()
+    assert found.instruction_count == bpq.optimize(module, found.pipeline).instruction_count <= found.oz_count
+
+
 def test_search_progress_reaches_the_callback(lib_world, engine, examples):
     seen = []
     found = recommend_pipeline(examples["matmul"], 4, library=lib_world["library"], encoder=lib_world["encoder"],

@@ -164,8 +164,9 @@ def cmd_optimize(args) -> int:
                   f"(IC_Oz / IC = {found.improvement:.3f}), {how}")
         if auto["oz"] is not None:
             oz = auto["oz"].instruction_count
-            ours = f"{after} (IC_Oz / IC = {oz / max(after, 1):.3f})" if auto["note"] is None else auto["note"]
-            print(f"  {where} (written): -Oz gives {oz}; the recommended pipeline {ours}")
+            ours = (f"the recommended pipeline {after} (IC_Oz / IC = {oz / max(after, 1):.3f})"
+                    if auto["note"] is None else auto["note"])
+            print(f"  {where} (written): -Oz gives {oz}; {ours}")
         for note in found.notes:
             print(f"  note: {note}")
         print(f"  pipeline: {describe_steps(found.steps)}")

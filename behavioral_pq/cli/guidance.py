@@ -59,6 +59,10 @@ class SearchBar:
                                      refresh=False)
         self.bar.refresh()
 
+    def step(self, text: str) -> None:
+        """Name what runs now (a step of the command's own, after the search)."""
+        self.bar.set_description_str(text)
+
     def __enter__(self) -> "SearchBar":
         return self
 
@@ -113,7 +117,7 @@ def target_builds(module, found, target, started: float, args, bar) -> dict:
     from behavioral_pq.tasks.guidance import OZ
 
     engine = default_engine()
-    bar.bar.set_description_str("build for the target", refresh=True)
+    bar.step("build for the target")
     oz = Module(engine.run_pipeline(module.bitcode, "default<Oz>", module.name, target=target), name=module.name,
                 source=module.source)
     if found.steps == (OZ,):
