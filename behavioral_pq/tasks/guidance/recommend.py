@@ -173,11 +173,12 @@ def _check_library(library: ProgramLibrary, objective: str, learn: bool) -> None
                          f"{library.objective}, the search {objective}")
 
 
-def _search(module, budget: int, *, library: Optional[ProgramLibrary], encoder, engine,
-            embedding: Optional[np.ndarray], neighbors: int, retrieval_share: float, coreset_share: float, seed: int,
-            learn: bool, neighbor_indices: Optional[Sequence[int]], progress: Union[bool, ProgressCallback],
-            objective: str, target: Optional[Target], seconds: Optional[float], reserve_builds: int,
-            start: Optional[float] = None) -> Tuple[Recommendation, Trials]:
+def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, encoder=None, engine=None,
+            embedding: Optional[np.ndarray] = None, neighbors: int = 8, retrieval_share: float = 0.5,
+            coreset_share: float = CORESET_SHARE, seed: int = 0, learn: bool = False,
+            neighbor_indices: Optional[Sequence[int]] = None, progress: Union[bool, ProgressCallback] = False,
+            objective: str = "ir-count", target: Optional[Target] = None, seconds: Optional[float] = None,
+            reserve_builds: int = 0, start: Optional[float] = None) -> Tuple[Recommendation, Trials]:
     """:func:`recommend_pipeline` and its :class:`Trials` (whose kept results spare the caller a second run);
     ``start``: the ``time.monotonic()`` that ``seconds`` counts from (default: now)."""
     if budget < 0:
@@ -270,10 +271,9 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
     start = time.monotonic()
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
-    found, trials = _search(module, budget, library=library, encoder=encoder, engine=engine, embedding=None,
-                            neighbors=8, retrieval_share=0.5, coreset_share=CORESET_SHARE, seed=0, learn=learn,
-                            neighbor_indices=None, progress=progress, objective=objective, target=target,
-                            seconds=seconds, reserve_builds=reserve_builds, start=start)
+    found, trials = _search(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
+                            progress=progress, objective=objective, target=target, seconds=seconds,
+                            reserve_builds=reserve_builds, start=start)
     kept = trials.result(found.steps) if seconds is not None else None
     if kept is not None:
         return found, Module(kept, name=module.name, source=module.source)
