@@ -424,6 +424,28 @@ def test_optimize_auto_prints_one_oz_figure_per_mode_and_writes_what_it_prints(l
     assert record["mode"] == "target" and record["instructions_after"] <= oz["target"]
 
 
+def test_what_is_written_for_a_target_is_never_more_than_its_oz(examples):
+    import argparse
+
+    from behavioral_pq.cli.guidance import target_build
+    from behavioral_pq.core.target import resolve_target
+    from behavioral_pq.tasks.guidance import Recommendation
+
+    module = examples["list_sort"]
+    target = resolve_target("host", None)
+    oz = bpq.optimize(module, "Oz", target=target)
+    weak = Recommendation(("-mem2reg",), "function(mem2reg)", 60, 52, module.instruction_count, 1, 1, "library")
+    built = target_build(module, weak, oz, target, time.monotonic(), argparse.Namespace(seconds=None))
+    assert built["result"] is oz and "-Oz written" in built["note"]           # -mem2reg alone leaves far more
+    strong = Recommendation(("-Oz", "-Oz"), "default<Oz>,default<Oz>", 50, 52, module.instruction_count, 1, 1,
+                            "library")
+    built = target_build(module, strong, oz, target, time.monotonic(), argparse.Namespace(seconds=None))
+    twice = bpq.optimize(module, "default<Oz>,default<Oz>", target=target).instruction_count
+    assert built["result"].instruction_count == min(twice, oz.instruction_count)
+    late = target_build(module, strong, oz, target, time.monotonic() - 5, argparse.Namespace(seconds=1.0))
+    assert late["result"] is oz and "did not end within --seconds" in late["note"]
+
+
 def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_world, engine, examples, tmp_path):
     from behavioral_pq.core.target import Target
     from behavioral_pq.core.toolchain import text_size

@@ -71,11 +71,11 @@ class SearchBar:
 
 
 def seconds_left(args, started: float):
-    """What is left of ``--seconds`` (None without it) at this point of a command that began at ``started``
-    (``time.monotonic()``); at least a millisecond, so that -Oz is still measured when loading took it all."""
+    """What is left of ``--seconds`` (None without it; <= 0 when spent) at this point of a command that began at
+    ``started`` (``time.monotonic()``)."""
     if getattr(args, "seconds", None) is None:
         return None
-    return max(1e-3, args.seconds - (time.monotonic() - started))
+    return args.seconds - (time.monotonic() - started)
 
 
 def run_auto(args, module, target=None, started=None) -> dict:
@@ -83,6 +83,8 @@ def run_auto(args, module, target=None, started=None) -> dict:
     target of ``--objective text-size`` (its candidates are compiled for it), or of the ir-count result, built
     here in target mode next to -Oz (``oz`` and ``result`` of the returned dict; ``note`` says when -Oz is
     written instead). ``started``: when the command began (``--seconds`` counts from there)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from behavioral_pq.tasks.guidance import load_library, recommend_and_optimize
 
     started = time.monotonic() if started is None else started
@@ -94,41 +96,55 @@ def run_auto(args, module, target=None, started=None) -> dict:
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
     rebuild = target is not None and objective == "ir-count"   # searched in measure mode, built for the target
-    with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar:
+    with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar, ThreadPoolExecutor(1) as pool:
+        # the target's -Oz (the floor of what is written) is built beside the search, on a worker of its own
+        oz = pool.submit(_built, module, "default<Oz>", target) if rebuild else None
+        left = seconds_left(args, started)     # when loading spent it all, -Oz still runs
         found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder,
                                                learn=args.learn, progress=bar, objective=objective,
                                                target=target if objective == "text-size" else None,
-                                               seconds=seconds_left(args, started), reserve_builds=2 * rebuild)
+                                               seconds=None if left is None else max(1e-3, left),
+                                               reserve_builds=int(rebuild))
         auto = {"recommendation": found, "result": result, "oz": None, "note": None}
         if rebuild:
-            auto.update(target_builds(module, found, target, started, args, bar))
+            bar.step("build for the target")
+            auto.update(target_build(module, found, oz.result(), target, started, args))
     if args.learn:
         library.save(args.library)
     return auto
 
 
-def target_builds(module, found, target, started: float, args, bar) -> dict:
-    """The module after -Oz and after the recommended pipeline in target mode for ``target``: what ``bpq
-    optimize --auto`` writes when it searched in measure mode. -Oz is built first and always (the floor); the
-    recommended pipeline within what is left of ``--seconds``. The smaller is the result (-Oz on a tie)."""
+def _built(module, pipeline: str, target):
+    """``module`` after ``pipeline`` in target mode, on an engine of its own (one worker)."""
+    from behavioral_pq.core.engine import Engine
+    from behavioral_pq.core.module import Module
+
+    with Engine(workers=1) as engine:
+        bitcode = engine.run_pipeline(module.bitcode, pipeline, module.name, target=target)
+    return Module(bitcode, name=module.name, source=module.source)
+
+
+def target_build(module, found, oz, target, started: float, args) -> dict:
+    """What ``bpq optimize --auto`` writes when it searched in measure mode: the module after the recommended
+    pipeline in target mode for ``target``, built within what is left of ``--seconds``, or ``oz`` (the module
+    after -Oz in target mode, the floor) when that build is not smaller or did not end in time."""
     from behavioral_pq.core.engine import default_engine
     from behavioral_pq.core.module import Module
     from behavioral_pq.errors import DeadlineError
     from behavioral_pq.tasks.guidance import OZ
 
-    engine = default_engine()
-    bar.step("build for the target")
-    oz = Module(engine.run_pipeline(module.bitcode, "default<Oz>", module.name, target=target), name=module.name,
-                source=module.source)
     if found.steps == (OZ,):
         return {"oz": oz, "result": oz, "note": None}
+    late = {"oz": oz, "result": oz, "note": "the recommended pipeline's build did not end within --seconds: "
+                                            "-Oz written"}
     left = seconds_left(args, started)
+    if left is not None and left <= 0:
+        return late
     try:
-        bitcode = engine.run_pipeline(module.bitcode, found.pipeline, module.name, target=target,
-                                      deadline=None if left is None else time.monotonic() + left)
+        bitcode = default_engine().run_pipeline(module.bitcode, found.pipeline, module.name, target=target,
+                                                deadline=None if left is None else time.monotonic() + left)
     except DeadlineError:
-        return {"oz": oz, "result": oz, "note": "the recommended pipeline's build did not end within --seconds: "
-                                                "-Oz written"}
+        return late
     result = Module(bitcode, name=module.name, source=module.source)
     if result.instruction_count >= oz.instruction_count:
         return {"oz": oz, "result": oz, "note": f"the recommended pipeline gives {result.instruction_count} here: "
