@@ -260,7 +260,8 @@ def add_parsers(sub) -> None:
     add_program_arguments(p)
     p.add_argument("--passes", metavar="PASSES", help="what to run (see below)")
     p.add_argument("--auto", action="store_true",
-                   help="let the embedding choose the pipeline (program library + search; never worse than -Oz)")
+                   help="let the embedding choose the pipeline (program library + search; never worse than -Oz in "
+                        "the mode written; progress on stderr when it is a terminal and there is no --json)")
     p.add_argument("--budget", type=int, default=10, metavar="N",
                    help="with --auto: candidate compilations to try besides -Oz (default 10)")
     p.add_argument("--seconds", type=float, metavar="S",

@@ -345,7 +345,9 @@ def add_parsers(sub) -> None:
     add_program_arguments(p)
     p.add_argument("--objective", choices=("size", "speed"), default="size",
                    help="what to minimize: code size (default) or run time (see below)")
-    p.add_argument("--auto-passes", action="store_true", help="passes recommended from the embedding")
+    p.add_argument("--auto-passes", action="store_true",
+                   help="passes recommended from the embedding (the search's progress on stderr when it is a "
+                        "terminal)")
     p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
     p.add_argument("--passes", help="passes to run instead (default Oz)")
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
