@@ -73,6 +73,11 @@ class OutputPathError(BPQError, PermissionError):
     FIFO or a socket."""
 
 
+class DeadlineError(BPQError, TimeoutError):
+    """A call's deadline (``deadline=``, a ``time.monotonic()`` value) passed before its work was done: the work
+    left was dropped and the workers running it were replaced."""
+
+
 class CorpusError(BPQError, ValueError):
     """A corpus store is missing, corrupt (a shard that fails its checksum) or from another LLVM version."""
 

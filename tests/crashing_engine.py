@@ -28,10 +28,11 @@ class CrashesOn:
         return features, errors
 
     def autophase_tree(self, roots, parents, edges, wanted=None, keep=None, names=None, progress=None,
-                       timeout_fails_root=False):
+                       timeout_fails_root=False, deadline=None):
         safe = [p if not self._crash(p) else "function(no-op-function)" for p in edges]
         features, kept, errors = self.engine.autophase_tree(roots, parents, safe, wanted=wanted, keep=keep,
-                                                            names=names, timeout_fails_root=timeout_fails_root)
+                                                            names=names, timeout_fails_root=timeout_fails_root,
+                                                            deadline=deadline)
         for i, edge in enumerate(edges):
             if self._crash(edge):
                 errors[i] = PassCrashError("LLVM crashed", module="m", pipeline=edge)

@@ -9,13 +9,14 @@ from conftest import DATA, EXAMPLES
 import behavioral_pq as bpq
 from behavioral_pq.core.engine import Engine
 from behavioral_pq.embedding.probes import ProbeSet
-from behavioral_pq.errors import PassCrashError, PassTimeoutError, PipelineError
+from behavioral_pq.errors import DeadlineError, PassCrashError, PassTimeoutError, PipelineError
 
 # LICM in a loop pass manager without MemorySSA: LLVM 19 calls report_fatal_error ("LICM requires MemorySSA")
 # as soon as it meets a loop, which exits the process. Modules without loops are unaffected.
 ABORTING = "function(sroa),licm"
 # Forty rounds of -O3: seconds on a 10,000-instruction module, milliseconds on a tiny one.
 SLOW = ",".join(["default<O3>"] * 40)
+TOTAL = 51  # AUTOPHASE_FEATURES.index("TotalInsts")
 
 
 def big_straight_line_module(tmp_path, functions=300):
@@ -90,6 +91,27 @@ def test_a_tree_timeout_can_fail_its_whole_root(tmp_path, examples):
             assert all(errors[n] is errors[0] for n in (1, 2, 4)) and not features[[0, 1, 2, 4]].any()
         else:
             assert errors[1] is None and errors[2] is None and errors[4] is None and features[[1, 2, 4]].any(1).all()
+
+
+def test_a_deadline_stops_a_call_and_the_engine_goes_on(tmp_path, examples):
+    import time
+
+    big = big_straight_line_module(tmp_path)
+    small = examples["sum_array"]
+    with Engine(workers=2, timeout=60) as engine:
+        engine.autophase_tree([small.bitcode] * 2, [-1, -2], ["default<Oz>"] * 2)   # both workers started
+        start = time.monotonic()
+        features, _, errors = engine.autophase_tree([small.bitcode, big.bitcode], [-1, -2],
+                                                    ["default<Oz>", SLOW], deadline=start + 1.0)
+        assert time.monotonic() - start < 1.0 + 0.5                   # not the seconds SLOW takes
+        assert errors[0] is None and features[0, TOTAL] == 25      # what finished in time is kept
+        assert isinstance(errors[1], DeadlineError) and isinstance(errors[1], TimeoutError)
+        assert not features[1].any() and engine.restarts == 1      # the worker running SLOW was replaced
+        with pytest.raises(DeadlineError):
+            engine.run_pipeline(big.bitcode, SLOW, deadline=time.monotonic() + 0.3)
+        with pytest.raises(DeadlineError):                         # a deadline already passed: nothing runs
+            engine.run_pipeline(small.bitcode, "default<Oz>", deadline=time.monotonic())
+        assert bpq.optimize(small, "Oz", engine=engine).instruction_count == 25   # the engine goes on
 
 
 def test_spectra_reports_failures_and_keeps_the_rest(examples):

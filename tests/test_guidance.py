@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,10 +21,12 @@ from behavioral_pq.tasks.guidance import (
     OZ,
     LibraryProgram,
     ProgramLibrary,
+    SearchProgress,
     build_library,
     greedy_search,
     load_library,
     random_search,
+    recommend_and_optimize,
     recommend_pipeline,
 )
 
@@ -124,6 +127,78 @@ def test_a_time_bound_search_stops_when_its_time_is_spent(lib_world, engine, exa
     assert runs[0.3][1] < runs[2.0][1] < 100_000                     # time, not the budget, ended both
     with pytest.raises(ValueError, match="seconds must be positive"):
         recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, embedding=embedding, seconds=0)
+
+
+def big_program(functions: int) -> str:
+    """C source of ``functions`` functions of a few shapes (loops over arrays and structs, switches, helpers)."""
+    shapes = [
+        "int data{i}[{n}];\nint f{i}(int n) {{ int s = {i}; for (int k = 0; k < n && k < {n}; k++) "
+        "s += data{i}[k] * {m}; return s; }}\n",
+        "static int h{i}(int a) {{ return a * {m} + {i}; }}\nint f{i}(int x) {{ return h{i}(x) + h{i}(x + 1); }}\n",
+        "int f{i}(int *p, int n) {{ int t = 0; for (int k = 0; k < n; k++) {{ t += p[k]; p[k] = t % {n}; }}"
+        " return t; }}\n",
+        "int f{i}(int x) {{ switch (x % 4) {{ case 0: return {i}; case 1: return {m}; case 2: return x; }}"
+        " return -1; }}\n",
+        "struct s{i} {{ int a, b; double c; }};\ndouble f{i}(struct s{i} *v, int n) {{ double t = 0; for (int k = 0; "
+        "k < n; k++) {{ if (v[k].a > v[k].b) t += v[k].c * {m}; else t -= v[k].a; }} return t; }}\n",
+    ]
+    return "".join(shapes[i % len(shapes)].format(i=i, n=8 + i % 50, m=i % 7 + 1) for i in range(functions))
+
+
+def test_a_time_bound_holds_for_the_whole_search_on_a_large_module(lib_world, engine, tmp_path):
+    # ~10k IR instructions: unbounded, the probes and the library's candidates take several times the bound
+    source = tmp_path / "big.c"
+    source.write_text(big_program(300))
+    module = bpq.load_module(source)
+    for call in (recommend_pipeline, recommend_and_optimize):
+        seen = []
+        start = time.monotonic()
+        found = call(module, 1000, library=lib_world["library"], encoder=lib_world["encoder"], engine=engine,
+                     seconds=2.0, progress=seen.append)
+        elapsed = time.monotonic() - start
+        found, result = found if call is recommend_and_optimize else (found, None)
+        oz_done = next(p.seconds for p in seen if p.phase == "-Oz" and p.oz is not None)
+        assert elapsed <= max(2.0, oz_done) * 1.1 + 1.0, (elapsed, oz_done, found.notes)   # -Oz always runs
+        assert found.compilations < 1000 and found.notes                  # time, not the budget, ended it
+        assert found.instruction_count == bpq.optimize(module, found.pipeline).instruction_count <= found.oz_count
+        if result is not None:                                            # the module the search measured
+            assert result.instruction_count == found.instruction_count
+    with pytest.raises(ValueError, match="reserve_builds"):
+        recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, seconds=1, reserve_builds=-1)
+
+
+def test_probes_that_overrun_their_share_of_a_time_bound_are_stopped(lib_world, engine, tmp_path, monkeypatch):
+    import behavioral_pq.tasks.guidance.recommend as recommend
+
+    source = tmp_path / "big.c"
+    source.write_text(big_program(300))
+    module = bpq.load_module(source)
+    monkeypatch.setattr(recommend, "PROBES_PER_OZ", 0.0)        # an estimate far too low: the probes start
+    monkeypatch.setenv("BPQ_NO_CACHE", "1")
+    start = time.monotonic()
+    found = recommend_pipeline(module, 1000, library=lib_world["library"], encoder=lib_world["encoder"],
+                               engine=engine, seconds=2.0)
+    elapsed = time.monotonic() - start
+    assert any(note.startswith("probes stopped") for note in found.notes), found.notes
+    assert elapsed <= 2.0 * 1.1 + 1.0 and found.probe_compilations == 0 and found.neighbors == ()
+    assert found.instruction_count == bpq.optimize(module, found.pipeline).instruction_count <= found.oz_count
+
+
+def test_search_progress_reaches_the_callback(lib_world, engine, examples):
+    seen = []
+    found = recommend_pipeline(examples["matmul"], 4, library=lib_world["library"], encoder=lib_world["encoder"],
+                               engine=engine, progress=seen.append)
+    assert all(isinstance(p, SearchProgress) for p in seen)
+    phases = [p.phase for p in seen]
+    assert phases[0] == "-Oz" and "embedding" in phases and "library" in phases
+    probes = [p for p in seen if p.phase == "embedding" and p.total]
+    assert probes and probes[-1].done == probes[-1].total                 # every probe node measured
+    counts = [p.compilations for p in seen]
+    assert counts == sorted(counts) and counts[-1] == found.compilations == 4
+    assert all(p.budget == 4 and p.oz == found.oz_count and p.best <= p.oz for p in seen if p.oz is not None)
+    assert seen[-1].best == found.instruction_count
+    seconds = [p.seconds for p in seen]
+    assert seconds == sorted(seconds) and seconds[-1] <= found.seconds
 
 
 @pytest.mark.parametrize("budget", [0, 1, 3, 7])
@@ -262,6 +337,113 @@ def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_wo
                           ([EXAMPLES / "matmul.c", "--auto", "--library", tmp_path], "not a program library")):
         done = bpq_cli("optimize", *args)
         assert done.returncode != 0 and message in done.stderr.lower() and "Traceback" not in done.stderr, args
+
+
+def bpq_on_a_terminal(*args, timeout: float = 600):
+    """Run bpq with stderr on a pseudo-terminal and stdout on a pipe: (exit status, stdout, what the terminal
+    showed)."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))   # 200 columns (tqdm fits to it)
+    proc = subprocess.Popen([sys.executable, "-m", "behavioral_pq", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=slave)
+    os.close(slave)
+    shown = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                data = os.read(master, 65536)
+            except OSError:          # the child's end closed
+                break
+            if not data:
+                break
+            shown.append(data)
+        elif proc.poll() is not None:
+            break
+    out = proc.communicate(timeout=60)[0]
+    os.close(master)
+    return proc.returncode, out.decode(), b"".join(shown).decode(errors="replace")
+
+
+def test_progress_shows_on_a_terminal_and_never_in_json(lib_world, tmp_path):
+    import re
+
+    library = lib_world["root"] / "library"
+    code, out, shown = bpq_on_a_terminal("optimize", EXAMPLES / "matmul.c", "--auto", "--budget", "3",
+                                         "--library", library, "-o", tmp_path / "a.ll")
+    assert code == 0, shown
+    assert re.search(r"[0-3]/3 compilations, best \d+ instructions, -Oz \d+", shown), shown
+    assert "embedding" in shown and "wrote" in out and "compilations," not in out
+    code, out, shown = bpq_on_a_terminal("optimize", EXAMPLES / "matmul.c", "--auto", "--budget", "3",
+                                         "--library", library, "--json")
+    assert code == 0, shown
+    assert json.loads(out)["compilations"] == 3 and "compilations" not in shown    # pure JSON, no bar
+    done = bpq_cli("optimize", EXAMPLES / "matmul.c", "--auto", "--budget", "2", "--library", library)
+    assert done.returncode == 0 and "compilations," not in done.stderr             # stderr not a terminal
+    code, out, shown = bpq_on_a_terminal("compile", EXAMPLES / "matmul.c", "--auto-passes", "--budget", "2",
+                                         "-o", tmp_path / "mm")
+    assert code == 0, shown
+    assert re.search(r"[0-2]/2 compilations, best \d+ bytes, -Oz \d+", shown), shown
+
+
+def test_optimize_auto_prints_one_oz_figure_per_mode_and_writes_what_it_prints(lib_world, tmp_path):
+    import re
+
+    from behavioral_pq.core.target import resolve_target
+
+    library = lib_world["root"] / "library"
+    source = EXAMPLES / "list_sort.c"           # -Oz: 52 instructions in measure mode, 53 in target mode
+    module = bpq.load_module(source)
+    target = resolve_target("host", None)
+    oz = {"measure": bpq.optimize(module, "Oz").instruction_count,
+          "target": bpq.optimize(module, "Oz", target=target).instruction_count}
+    assert oz["measure"] != oz["target"]
+    out = tmp_path / "out.bc"
+    done = bpq_cli("optimize", source, "--auto", "--budget", "3", "--library", library, "-o", out)
+    assert done.returncode == 0, done.stderr
+    figures = {mode: [int(x) for x in re.findall(rf"^  {mode} mode[^:]*: -Oz gives (\d+)", done.stdout, re.M)]
+               for mode in oz}
+    assert figures == {"measure": [oz["measure"]], "target": [oz["target"]]}, done.stdout   # one each, labelled
+    assert "measure mode (searched)" in done.stdout and f"target mode, {target.cpu} (written)" in done.stdout
+    written = bpq.load_module(out).instruction_count
+    after = int(re.search(r"-> (\d+) instructions .*target mode", done.stdout).group(1))
+    shown = re.search(r"\(written\): -Oz gives \d+; the recommended pipeline (\d+)", done.stdout)
+    assert written == after <= oz["target"]                    # never more than -Oz in the mode written
+    assert shown is None or int(shown.group(1)) == written
+    done = bpq_cli("optimize", source, "--auto", "--budget", "3", "--library", library, "--json")
+    record = json.loads(done.stdout)
+    assert record["modes"]["measure"]["oz_count"] == oz["measure"] == record["oz_count"]
+    assert record["modes"]["target"] == {"oz_count": oz["target"], "instruction_count": record["instructions_after"]}
+    assert record["mode"] == "target" and record["instructions_after"] <= oz["target"]
+
+
+def test_what_is_written_for_a_target_is_never_more_than_its_oz(examples):
+    import argparse
+
+    from behavioral_pq.cli.guidance import target_build
+    from behavioral_pq.core.target import resolve_target
+    from behavioral_pq.tasks.guidance import Recommendation
+
+    module = examples["list_sort"]
+    target = resolve_target("host", None)
+    oz = bpq.optimize(module, "Oz", target=target)
+    weak = Recommendation(("-mem2reg",), "function(mem2reg)", 60, 52, module.instruction_count, 1, 1, "library")
+    built = target_build(module, weak, oz, target, time.monotonic(), argparse.Namespace(seconds=None))
+    assert built["result"] is oz and "-Oz written" in built["note"]           # -mem2reg alone leaves far more
+    strong = Recommendation(("-Oz", "-Oz"), "default<Oz>,default<Oz>", 50, 52, module.instruction_count, 1, 1,
+                            "library")
+    built = target_build(module, strong, oz, target, time.monotonic(), argparse.Namespace(seconds=None))
+    twice = bpq.optimize(module, "default<Oz>,default<Oz>", target=target).instruction_count
+    assert built["result"].instruction_count == min(twice, oz.instruction_count)
+    late = target_build(module, strong, oz, target, time.monotonic() - 5, argparse.Namespace(seconds=1.0))
+    assert late["result"] is oz and "did not end within --seconds" in late["note"]
 
 
 def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_world, engine, examples, tmp_path):

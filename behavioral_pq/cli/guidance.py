@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from behavioral_pq.cli.common import check_output_folder
@@ -37,11 +38,58 @@ def _encoder(args):
     return load_encoder(args.checkpoint) if getattr(args, "checkpoint", None) else None
 
 
-def run_auto(args, module, target=None) -> dict:
+class SearchBar:
+    """A pipeline search's progress on stderr (tqdm), fed :class:`~behavioral_pq.tasks.guidance.SearchProgress`:
+    the step, compilations done / budget, the best so far against -Oz, and the time since the bar began. Shown
+    only when ``enabled`` (stderr a terminal, no ``--json``); use as a context manager."""
+
+    def __init__(self, budget: int, enabled: bool):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=budget, file=sys.stderr, disable=not enabled, leave=False, dynamic_ncols=True,
+                        bar_format="{desc}: {n}/{total} compilations{postfix} [{elapsed}]")
+        self.bar.set_postfix_str("-Oz not measured yet", refresh=False)
+
+    def __call__(self, progress) -> None:
+        step = progress.phase + (f" ({progress.done}/{progress.total} probe nodes)" if progress.total else "")
+        self.bar.set_description_str(step, refresh=False)
+        self.bar.n = progress.compilations
+        if progress.oz is not None:
+            unit = "bytes" if progress.objective == "text-size" else "instructions"
+            change = 100.0 * (progress.best - progress.oz) / max(progress.oz, 1)
+            self.bar.set_postfix_str(f"best {progress.best} {unit}, -Oz {progress.oz} ({change:+.1f}%)",
+                                     refresh=False)
+        self.bar.refresh()
+
+    def step(self, text: str) -> None:
+        """Name what runs now (a step of the command's own, after the search)."""
+        self.bar.set_description_str(text)
+
+    def __enter__(self) -> "SearchBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+def seconds_left(args, started: float):
+    """What is left of ``--seconds`` (None without it; <= 0 when spent) at this point of a command that began at
+    ``started`` (``time.monotonic()``)."""
+    if getattr(args, "seconds", None) is None:
+        return None
+    return args.seconds - (time.monotonic() - started)
+
+
+def run_auto(args, module, target=None, started=None) -> dict:
     """``bpq optimize FILE --auto``: recommend, apply, verify, and say how it compares with -Oz. ``target``: the
-    target of ``--objective text-size`` (its candidates are compiled for it)."""
+    target of ``--objective text-size`` (its candidates are compiled for it), or of the ir-count result, built
+    here in target mode next to -Oz (``oz`` and ``result`` of the returned dict; ``note`` says when -Oz is
+    written instead). ``started``: when the command began (``--seconds`` counts from there)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from behavioral_pq.tasks.guidance import load_library, recommend_and_optimize
 
+    started = time.monotonic() if started is None else started
     objective = getattr(args, "objective", "ir-count")
     if args.learn and not args.library:
         raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
@@ -49,15 +97,61 @@ def run_auto(args, module, target=None) -> dict:
         raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
     encoder = _encoder(args)
     library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
-    if sys.stderr.isatty():
-        print(f"embedding {module.name} (probes), then trying up to {args.budget} pipelines...", file=sys.stderr)
-    found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder, learn=args.learn,
-                                           progress=sys.stderr.isatty(), objective=objective,
-                                           target=target if objective == "text-size" else None,
-                                           seconds=getattr(args, "seconds", None))
+    rebuild = target is not None and objective == "ir-count"   # searched in measure mode, built for the target
+    with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar, ThreadPoolExecutor(1) as pool:
+        # the target's -Oz (the floor of what is written) is built beside the search, on a worker of its own
+        oz = pool.submit(_built, module, "default<Oz>", target) if rebuild else None
+        left = seconds_left(args, started)     # when loading spent it all, -Oz still runs
+        found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder,
+                                               learn=args.learn, progress=bar, objective=objective,
+                                               target=target if objective == "text-size" else None,
+                                               seconds=None if left is None else max(1e-3, left),
+                                               reserve_builds=int(rebuild))
+        auto = {"recommendation": found, "result": result, "oz": None, "note": None}
+        if rebuild:
+            bar.step("build for the target")
+            auto.update(target_build(module, found, oz.result(), target, started, args))
     if args.learn:
         library.save(args.library)
-    return {"recommendation": found, "result": result}
+    return auto
+
+
+def _built(module, pipeline: str, target):
+    """``module`` after ``pipeline`` in target mode, on an engine of its own (one worker)."""
+    from behavioral_pq.core.engine import Engine
+    from behavioral_pq.core.module import Module
+
+    with Engine(workers=1) as engine:
+        bitcode = engine.run_pipeline(module.bitcode, pipeline, module.name, target=target)
+    return Module(bitcode, name=module.name, source=module.source)
+
+
+def target_build(module, found, oz, target, started: float, args) -> dict:
+    """What ``bpq optimize --auto`` writes when it searched in measure mode: the module after the recommended
+    pipeline in target mode for ``target``, built within what is left of ``--seconds``, or ``oz`` (the module
+    after -Oz in target mode, the floor) when that build is not smaller or did not end in time."""
+    from behavioral_pq.core.engine import default_engine
+    from behavioral_pq.core.module import Module
+    from behavioral_pq.errors import DeadlineError
+    from behavioral_pq.tasks.guidance import OZ
+
+    if found.steps == (OZ,):
+        return {"oz": oz, "result": oz, "note": None}
+    late = {"oz": oz, "result": oz, "note": "the recommended pipeline's build did not end within --seconds: "
+                                            "-Oz written"}
+    left = seconds_left(args, started)
+    if left is not None and left <= 0:
+        return late
+    try:
+        bitcode = default_engine().run_pipeline(module.bitcode, found.pipeline, module.name, target=target,
+                                                deadline=None if left is None else time.monotonic() + left)
+    except DeadlineError:
+        return late
+    result = Module(bitcode, name=module.name, source=module.source)
+    if result.instruction_count >= oz.instruction_count:
+        return {"oz": oz, "result": oz, "note": f"the recommended pipeline gives {result.instruction_count} here: "
+                                                "-Oz written"}
+    return {"oz": oz, "result": result, "note": None}
 
 
 def cmd_library_build(args) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from behavioral_pq.cli.common import (
     parse_passes,
     size_target,
 )
+from behavioral_pq.cli.guidance import SearchBar
 
 LLM_HELP = """\
 LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
@@ -243,7 +245,8 @@ def cmd_compile(args) -> int:
             # for size in target mode each candidate is compiled and its .text measured; in measure mode, the
             # library's own objective (IR instructions) is all there is
             objective = "text-size" if target is not None else "ir-count"
-            found = recommend_pipeline(module, args.budget, objective=objective, target=target)
+            with SearchBar(args.budget, sys.stderr.isatty()) as bar:
+                found = recommend_pipeline(module, args.budget, objective=objective, target=target, progress=bar)
             pipeline = found.pipeline
             result = (f".text: -Oz gives {found.oz_text_size} bytes, this {found.text_size}" if target is not None
                       else f"-Oz gives {found.oz_count} instructions, this {found.instruction_count}")
@@ -404,7 +407,8 @@ def add_parsers(sub) -> None:
                    help="what to minimize: code size (default) or run time (see below)")
     p.add_argument("--auto-passes", action="store_true",
                    help="search for the passes that give the smallest .text (IR instructions with --target "
-                        "measure), starting from the embedding's nearest library programs")
+                        "measure), starting from the embedding's nearest library programs (the search's progress "
+                        "on stderr when it is a terminal)")
     p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
     p.add_argument("--passes", help="passes to run instead (default Oz)")
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")

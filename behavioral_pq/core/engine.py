@@ -34,7 +34,15 @@ import numpy as np
 
 from behavioral_pq.core._native_loader import native
 from behavioral_pq.core._worker import HEADER
-from behavioral_pq.errors import BPQError, EngineError, InvalidIRError, PassCrashError, PassTimeoutError, PipelineError
+from behavioral_pq.errors import (
+    BPQError,
+    DeadlineError,
+    EngineError,
+    InvalidIRError,
+    PassCrashError,
+    PassTimeoutError,
+    PipelineError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -287,17 +295,20 @@ class Engine:
             return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
         return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)
 
-    def run_pipeline(self, bitcode: bytes, pipeline: str, name: str = "module", target=None) -> bytes:
+    def run_pipeline(self, bitcode: bytes, pipeline: str, name: str = "module", target=None, *,
+                     deadline: Optional[float] = None) -> bytes:
         """Apply a new-PM pipeline to a fresh copy of ``bitcode``; return the result as bitcode.
 
         ``target``: None for measure mode (no TargetMachine), or a :class:`~behavioral_pq.core.target.Target`
-        for target mode (see :mod:`behavioral_pq.core.target`)."""
+        for target mode (see :mod:`behavioral_pq.core.target`). ``deadline``: a ``time.monotonic()`` value past
+        which the run is stopped and DeadlineError raised (checked only before it starts with ``workers=0``)."""
         check_pipeline(pipeline)
         spec = (target.triple, target.cpu, target.features) if target is not None else ("", "", "")
         if self.workers == 0:
+            _check_deadline(deadline, name)
             return self._in_process(lambda: native.run_pipeline(bitcode, pipeline, None, *spec), InvalidIRError)
         return self._single(("run", bytes(bitcode), pipeline, *spec), name, pipeline=pipeline,
-                            invalid=InvalidIRError)
+                            invalid=InvalidIRError, deadline=deadline)
 
     # -- batches -------------------------------------------------------------------------------------------
     def autophase_after(self, bitcodes: Sequence[bytes], pipelines: Sequence[str], *,
@@ -377,7 +388,7 @@ class Engine:
     def autophase_tree(self, roots: Sequence[bytes], parents: Sequence[int], edges: Sequence[str], *,
                        wanted: Optional[Sequence[bool]] = None, keep: Optional[Sequence[bool]] = None,
                        names: Optional[Sequence[str]] = None, progress: Optional[Callable[[int], None]] = None,
-                       timeout_fails_root: bool = False,
+                       timeout_fails_root: bool = False, deadline: Optional[float] = None,
                        ) -> Tuple[np.ndarray, Dict[int, bytes], List[Optional[BPQError]]]:
         """Evaluate pass sequences that share prefixes as a tree (the probe search's hot loop).
 
@@ -393,6 +404,8 @@ class Engine:
             timeout_fails_root: a timeout fails every node of its root, and the root's nodes not yet run are
                 skipped (for callers that need all of a root's nodes, as a spectrum does: a module that
                 ran past the limit once then costs one timeout, not one per subtree).
+            deadline: a ``time.monotonic()`` value: work still running or queued then is dropped (its workers
+                are replaced) and its nodes get a :class:`DeadlineError` (between tasks only with ``workers=0``).
 
         Returns:
             features: int64 (K, 56), zero where not wanted or failed.
@@ -506,11 +519,21 @@ class Engine:
         if group:
             tasks.append(task_for(sorted(group)))
 
+        def on_deadline(task: _Task) -> None:
+            error = DeadlineError(f"{', '.join(names[r] for r in task.modules)}: the deadline passed before these "
+                                  "passes ran")
+            for n in task.nodes:
+                errors[n] = errors[n] or error
+
         if self.workers == 0:
             for task in tasks:
-                on_reply(task, ("ok", native.autophase_tree(*task.request[1:])))
+                if deadline is not None and time.monotonic() >= deadline:
+                    on_deadline(task)
+                else:
+                    on_reply(task, ("ok", native.autophase_tree(*task.request[1:])))
         else:
-            self._execute(tasks, on_reply, on_failure, revise=without_failed)
+            self._execute(tasks, on_reply, on_failure, revise=without_failed, deadline=deadline,
+                          on_deadline=on_deadline)
         for i, error in enumerate(errors):
             if error is not None:
                 features[i] = 0
@@ -569,7 +592,8 @@ class Engine:
         except native.InputError as exc:
             raise invalid(str(exc)) from None
 
-    def _single(self, request: tuple, name: str, pipeline: Optional[str], invalid) -> bytes:
+    def _single(self, request: tuple, name: str, pipeline: Optional[str], invalid,
+                deadline: Optional[float] = None) -> bytes:
         result: List = []
         failure: List[BPQError] = []
 
@@ -584,19 +608,29 @@ class Engine:
             failure.append(self._engine_error(worker, timed_out, name, pipeline, None))
             return []
 
-        self._execute([_Task(request)], on_reply, on_failure)
+        def on_deadline(task):
+            failure.append(DeadlineError(f"{name}: the deadline passed before the pass pipeline finished"))
+
+        self._execute([_Task(request)], on_reply, on_failure, deadline=deadline, on_deadline=on_deadline)
         if failure:
             raise failure[0]
         return result[0]
 
-    def _execute(self, tasks: List[_Task], on_reply, on_failure, revise=lambda task: task) -> None:
+    def _execute(self, tasks: List[_Task], on_reply, on_failure, revise=lambda task: task,
+                 deadline: Optional[float] = None, on_deadline=None) -> None:
         """Run tasks on the pool until all have a reply or a failure; failures may return tasks to retry.
-        ``revise`` sees each task as it is about to start and returns it, a smaller task, or None to skip it."""
+        ``revise`` sees each task as it is about to start and returns it, a smaller task, or None to skip it. Past
+        ``deadline`` (``time.monotonic()``) every task still queued or running goes to ``on_deadline`` and the
+        workers running one are replaced."""
         with self._lock:
             queue: Deque[_Task] = deque(tasks)
             busy: Dict[int, _Worker] = {}
             try:
                 while queue or busy:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        for task in [worker.task for worker in busy.values()] + list(queue):
+                            on_deadline(task)
+                        break  # the running workers are replaced below
                     while queue:
                         task = revise(queue.popleft())
                         if task is None:
@@ -610,7 +644,8 @@ class Engine:
                             busy[worker.fd] = worker
                         except _WorkerDied:
                             queue.extend(self._fail(worker, task, on_failure, timed_out=False))
-                    readable, _, _ = select.select(list(busy), [], [], 0.05)
+                    wait = 0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic()))
+                    readable, _, _ = select.select(list(busy), [], [], wait)
                     for fd in readable:
                         worker = busy[fd]
                         task = worker.task
@@ -659,6 +694,11 @@ class Engine:
             self._pool.append(worker)
             return worker
         return None
+
+
+def _check_deadline(deadline: Optional[float], name: str) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineError(f"{name}: the deadline passed before the pass pipeline ran")
 
 
 _default_engine: Optional[Engine] = None

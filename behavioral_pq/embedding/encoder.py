@@ -18,7 +18,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -170,15 +170,21 @@ class Encoder:
 
     # -- from modules --------------------------------------------------------------------------------------------
 
-    def embed(self, module, *, progress: bool = False, sample_above: Optional[int] = SAMPLE_ABOVE) -> np.ndarray:
+    def embed(self, module, *, progress: Union[bool, Callable[[int, int], None]] = False,
+              sample_above: Optional[int] = SAMPLE_ABOVE, engine: Optional[Engine] = None,
+              deadline: Optional[float] = None) -> np.ndarray:
         """Embedding of one module (a Module, or a path / bytes that ``load_module`` takes): float32 (D,).
-        ``progress`` shows the probes' progress on stderr. A module of more than ``sample_above`` IR
+        ``progress`` shows the probes' progress on stderr, or is called with (nodes measured, nodes in all) (see
+        :func:`~behavioral_pq.embedding.spectrum.spectra`). A module of more than ``sample_above`` IR
         instructions is measured on a sample of its functions (large-module mode); None measures it whole.
+        ``deadline``: a ``time.monotonic()`` value by which the probes must be measured.
 
         Raises:
             InvalidIRError, CompileError, PassCrashError, PassTimeoutError: the module could not be measured.
+            DeadlineError: the probes were not measured by ``deadline``.
         """
-        batch = spectra([module], self.probe_set, progress=progress, sample_above=sample_above)
+        batch = spectra([module], self.probe_set, progress=progress, sample_above=sample_above, engine=engine,
+                        deadline=deadline)
         batch.raise_first()
         return self.embed_spectra(batch.spectra, batch.autophase[:, 0])[0]
 

@@ -14,7 +14,7 @@ from behavioral_pq.core.module import Module, ModuleLike, load_module
 from behavioral_pq.embedding.cache import SpectrumCache, default_cache
 from behavioral_pq.embedding.probes import ProbeSet, ProbeTrie, load_probes
 from behavioral_pq.embedding.sampling import SAMPLE_BUDGET, sample_functions
-from behavioral_pq.errors import BPQError, PassCrashError, PassTimeoutError
+from behavioral_pq.errors import BPQError, DeadlineError, PassCrashError, PassTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -135,15 +135,17 @@ class SpectrumBatch:
 
 
 def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine: Optional[Engine] = None,
-            workers: Optional[int] = None, progress: bool = False,
-            cache: Union[bool, SpectrumCache] = True, sample_above: Optional[int] = None) -> SpectrumBatch:
+            workers: Optional[int] = None, progress: Union[bool, Callable[[int, int], None]] = False,
+            cache: Union[bool, SpectrumCache] = True, sample_above: Optional[int] = None,
+            deadline: Optional[float] = None) -> SpectrumBatch:
     """Spectra of many modules; a module that fails is reported in ``errors`` and the rest complete.
 
     Args:
         modules: Modules or anything :func:`load_module` accepts (loaded first; a load failure raises).
         probes: a ProbeSet, a path to one, or None for the package default.
         engine: the engine to run on; ``workers`` makes a temporary one with that many processes instead.
-        progress: show a progress bar on stderr.
+        progress: True: show a progress bar on stderr; or a callable, called with (nodes measured, nodes in
+            all) as the probes' prefix trees are measured.
         cache: True: the on-disk spectrum cache (:mod:`behavioral_pq.embedding.cache`; off when
             ``BPQ_NO_CACHE`` is set), False: measure everything, or a :class:`SpectrumCache`. Only modules
             measured without error or degradation are cached.
@@ -151,6 +153,8 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
             sample of its functions (:mod:`behavioral_pq.embedding.sampling`; ``sampled`` says which) of at
             most ``min(SAMPLE_BUDGET, sample_above // 2)`` instructions. None (the default) measures every
             module whole.
+        deadline: a ``time.monotonic()`` value: modules not measured by then get a
+            :class:`~behavioral_pq.errors.DeadlineError` (and are not cached).
 
     A probe that crashes LLVM on a module does not cost the module its spectrum: the pass responsible is found
     by bisecting the probe's prefixes, the probe is measured without it, and ``degraded`` says so (at most
@@ -184,15 +188,23 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
             else:
                 features[i] = rows
         bar = None
-        if progress and todo:
+        nodes = len(todo) * (len(probe_set.trie().parents) + 1)
+        tick = None
+        if callable(progress):
+            done = [0]
+
+            def tick(count: int) -> None:
+                done[0] += count
+                progress(done[0], nodes)
+        elif progress and todo:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(todo) * (len(probe_set.trie().parents) + 1), unit="node", desc="spectra",
-                       leave=False)
+            bar = tqdm(total=nodes, unit="node", desc="spectra", leave=False)
+            tick = bar.update
         try:
             if todo:
-                measured, found = _measure(engine, [loaded[i] for i in todo], probe_set,
-                                           progress=bar.update if bar else None)
+                measured, found = _measure(engine, [loaded[i] for i in todo], probe_set, progress=tick,
+                                           deadline=deadline)
                 for k, i in enumerate(todo):
                     features[i], errors[i] = measured[k], found[k]
                     if isinstance(found[k], PassCrashError) and found[k].pipeline_index is not None:
@@ -216,13 +228,14 @@ def spectra(modules: Sequence[ModuleLike], probes: ProbesLike = None, *, engine:
 
 
 def _measure(engine: Engine, modules: Sequence[Module], probe_set: ProbeSet,
-             progress: Optional[Callable[[int], None]] = None) -> Tuple[np.ndarray, List[Optional[BPQError]]]:
+             progress: Optional[Callable[[int], None]] = None, deadline: Optional[float] = None,
+             ) -> Tuple[np.ndarray, List[Optional[BPQError]]]:
     """Autophase rows int64 (N, P + 1, 56) of ``modules`` (row 0 as given) and their errors, the probes run as a
     prefix tree (:meth:`ProbeSet.trie`). A module with a failed node is measured again probe by probe, so that
-    its error names the probe (``PassCrashError.pipeline_index``) as the crash path expects; but a module that
-    ran past the engine's timeout once stops there: running its other probes, then each probe again, costs one
-    timeout each (a 100,000-instruction function with ``BPQ_TIMEOUT=3`` ran into 28 of them, 85 s, where stopping
-    at the first takes 7 s)."""
+    its error names the probe (``PassCrashError.pipeline_index``) as the crash path expects; one cut by the
+    ``deadline`` keeps its DeadlineError; but a module that ran past the engine's timeout once stops there:
+    running its other probes, then each probe again, costs one timeout each (a 100,000-instruction function with
+    ``BPQ_TIMEOUT=3`` ran into 28 of them, 85 s, where stopping at the first takes 7 s)."""
     trie = probe_set.trie()
     k = len(trie.parents) + 1                      # node 0 of each module: a no-op, the module as given
     edges = ["function(no-op-function)"] + [sequence_pipeline(e) for e in trie.edges]
@@ -236,14 +249,17 @@ def _measure(engine: Engine, modules: Sequence[Module], probe_set: ProbeSet,
             wanted[base + 1 + node] = True
     values, _, node_errors = engine.autophase_tree([m.bitcode for m in modules], parents, all_edges, wanted=wanted,
                                                    names=[m.name for m in modules], progress=progress,
-                                                   timeout_fails_root=True)
+                                                   timeout_fails_root=True, deadline=deadline)
     rows = [0] + [1 + node for node in trie.probe_nodes]
     features = values.reshape(len(modules), k, -1)[:, rows, :]
     errors: List[Optional[BPQError]] = [None] * len(modules)
     for m, module in enumerate(modules):
         failed = [e for e in node_errors[m * k:(m + 1) * k] if e is not None]
+        late = next((e for e in failed if isinstance(e, DeadlineError)), None)
         timeout = next((e for e in failed if isinstance(e, PassTimeoutError)), None)
-        if timeout is not None:
+        if late is not None:
+            features[m], errors[m] = 0, late
+        elif timeout is not None:
             node = timeout.pipeline_index - m * k - 1 if timeout.pipeline_index is not None else None
             features[m], errors[m] = 0, _timeout_error(module, trie, timeout, node, engine.timeout)
         elif failed:

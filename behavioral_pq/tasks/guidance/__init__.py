@@ -35,9 +35,9 @@ from behavioral_pq.tasks.guidance.library import (
     merge_libraries,
 )
 from behavioral_pq.tasks.guidance.recommend import recommend_and_optimize, recommend_pipeline
-from behavioral_pq.tasks.guidance.trials import Recommendation, Trials
+from behavioral_pq.tasks.guidance.trials import Recommendation, SearchProgress, Trials
 
-__all__ = ["GENERIC", "OZ", "LibraryProgram", "ProgramLibrary", "Recommendation", "Steps", "Trials",
+__all__ = ["GENERIC", "OZ", "LibraryProgram", "ProgramLibrary", "Recommendation", "SearchProgress", "Steps", "Trials",
            "build_library", "choose_library_programs", "default_library", "describe_steps", "fit_coreset",
            "greedy_search", "load_library", "merge_libraries", "random_search", "recommend_and_optimize",
            "recommend_pipeline", "search_program"]

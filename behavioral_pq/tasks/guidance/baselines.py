@@ -17,7 +17,7 @@ from behavioral_pq.tasks.guidance.trials import Recommendation, Trials, recommen
 def random_search(module, budget: int, *, engine=None, seed: int = 0, max_length: int = 40) -> Recommendation:
     """Baseline: ``budget`` random catalog sequences (lengths uniform in 1..max_length), best of them and -Oz."""
 
-    start = time.perf_counter()
+    start = time.monotonic()
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
     rng = random.Random(f"{seed}:{module.sha256}")
@@ -33,7 +33,7 @@ def greedy_search(module, budget: int, *, engine=None, seed: int = 0) -> Recomme
     """Baseline: first-improvement hill climbing after -Oz. Tries -Oz followed by the current passes and one more
     catalog pass (in a random order), keeps the first that lowers the count, and starts over from there."""
 
-    start = time.perf_counter()
+    start = time.monotonic()
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
     rng = random.Random(f"{seed}:{module.sha256}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -17,9 +17,17 @@ from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.target import Target
-from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
+from behavioral_pq.embedding.sampling import SAMPLE_BUDGET
+from behavioral_pq.errors import DeadlineError
 from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library
-from behavioral_pq.tasks.guidance.trials import Recommendation, Trials, check_objective, recommendation_from
+from behavioral_pq.tasks.guidance.trials import (
+    ProgressCallback,
+    Recommendation,
+    Trials,
+    check_objective,
+    recommendation_from,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +35,14 @@ logger = logging.getLogger(__name__)
 SIZE_SEEDS = ("-Os",)
 #: The share of the retrieved candidates taken from the library's coreset (when it has one).
 CORESET_SHARE = 0.5
+#: What a module's probes cost in -Oz runs of it (or of its function sample), on two workers: 24 probes, 1197
+#: passes in their prefix tree; 20 to 33 on two modules of 77k IR instructions (Lua; linked Csmith programs).
+PROBES_PER_OZ = 30
+#: With a time bound, the probes run only when they should take at most this share of the time left after -Oz,
+#: and are stopped past ``EMBEDDING_CUT`` of it; the library's coreset then stands in for the neighbors' pipelines
+#: (on 400 real valid units the coreset alone scored 1.0127 at budget 50, the default mix 1.0114).
+EMBEDDING_SHARE = 0.5
+EMBEDDING_CUT = 0.7
 
 def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Steps:
     """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time, else any), or delete one.
@@ -49,14 +65,27 @@ def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Step
 def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: Sequence[str],
                   batch: int = 4, deadline: Optional[float] = None) -> None:
     """Spend what is left of the budget on random edits of the best pipeline so far (``start`` while -Oz leads),
-    until ``deadline`` (a ``time.perf_counter()`` value) if one is given."""
+    until ``deadline`` (a ``time.monotonic()`` value) if one is given."""
     stalls = 0
-    while trials.left > 0 and stalls < 50 and (deadline is None or time.perf_counter() < deadline):
+    while trials.left > 0 and stalls < 50 and (deadline is None or time.monotonic() < deadline):
         best = trials.best()[0]
         base = start if best == (OZ,) else best
         before = trials.compilations
-        trials.run([_mutate(base, rng, vocabulary) for _ in range(min(trials.left, batch))], "local search")
+        if not trials.run([_mutate(base, rng, vocabulary) for _ in range(min(trials.left, batch))], "local search",
+                          deadline=deadline):
+            return
         stalls = stalls + 1 if trials.compilations == before else 0
+
+
+def embedding_seconds(trials: Trials, sample_above: Optional[int] = SAMPLE_ABOVE) -> float:
+    """About how long the probes take on ``trials.module``, from how long -Oz took on it: the probe set's passes
+    cost about :data:`PROBES_PER_OZ` -Oz runs over two workers (on the module, or on its function sample in
+    large-module mode); more workers share them."""
+    module = trials.module
+    share = 1.0
+    if sample_above is not None and module.instruction_count > sample_above:
+        share = min(SAMPLE_BUDGET, max(1, sample_above // 2)) / module.instruction_count
+    return trials.oz_seconds * share * PROBES_PER_OZ * 2 / max(2, trials.engine.workers)
 
 
 def retrieval_order(ranked: Sequence[Steps], coreset: Sequence[Steps], count: int, coreset_share: float
@@ -83,17 +112,18 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
                        engine=None, embedding: Optional[np.ndarray] = None, neighbors: int = 8,
                        retrieval_share: float = 0.5, coreset_share: float = CORESET_SHARE, seed: int = 0,
                        learn: bool = False,
-                       neighbor_indices: Optional[Sequence[int]] = None, progress: bool = False,
+                       neighbor_indices: Optional[Sequence[int]] = None,
+                       progress: Union[bool, ProgressCallback] = False,
                        objective: str = "ir-count", target: Optional[Target] = None,
-                       seconds: Optional[float] = None) -> Recommendation:
+                       seconds: Optional[float] = None, reserve_builds: int = 0) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
-    Embeds the module, takes the pipelines of its ``neighbors`` nearest library programs ranked by
-    :meth:`ProgramLibrary.candidates` and, where the library has one, its coreset (pipelines good on many programs,
+    Measures -Oz first (the reference, not counted: the result is never worse than -Oz), embeds the module, takes
+    the pipelines of its ``neighbors`` nearest library programs ranked by :meth:`ProgramLibrary.candidates` and,
+    where the library has one, its coreset (pipelines good on many programs,
     :mod:`~behavioral_pq.tasks.guidance.coreset`), in turn, ``coreset_share`` of them from the coreset. It measures
     the first ``max(1, round(budget * retrieval_share))`` of those (all of the budget when it is 1 or 2), and spends
-    the rest on a local search around the best found. -Oz is always measured as the reference (not counted), so
-    the result is never worse than -Oz.
+    the rest on a local search around the best found.
 
     Args:
         module: a Module, or what :func:`load_module` takes (.c/.ll/.bc path or bytes).
@@ -106,86 +136,151 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
         learn: put what was measured into ``library`` (self-improvement; save it with ``library.save``); the
             library must count the objective searched for.
         neighbor_indices: consult these library programs instead of the nearest (an ablation).
+        progress: a callable, given a :class:`SearchProgress` after each step (-Oz, loading the library, the
+            probes, each batch of candidates); or True for the probes' progress bar on stderr.
         objective: ``"ir-count"`` (IR instructions in measure mode, what the library holds) or ``"text-size"``
             (.text bytes of ``llc-19 -O2``'s object, each candidate run in target mode for ``target``: default
             the host triple with the CPU each function was compiled for). The library's pipelines are the
             candidates either way (text-size tries -Os first), ranked by what the library counts: a library
             searched for text size (``bpq library build --objective text-size``) ranks them by bytes. Text-size
             measures each candidate by compiling it, so it costs more per candidate.
-        seconds: also stop the local search once this much wall time has passed since the call (embedding
-            included); with a large ``budget`` this makes the search time-bound, as baselines given a fixed wall
-            time are. The library's candidates are always measured.
+        seconds: a bound on the call's wall time, from its start: the search stops there whatever is left of
+            ``budget`` (with a large budget it is time-bound, as baselines given a fixed wall time are). -Oz is
+            always measured, first, however long it takes (``notes`` says when it alone overran). Loading the
+            shipped library is skipped when no time is left; the probes are skipped when they should take more
+            than :data:`EMBEDDING_SHARE` of the time left (estimated from -Oz's time, see
+            :func:`embedding_seconds`) and stopped past :data:`EMBEDDING_CUT` of it, the library's coreset then
+            standing in for the neighbors' pipelines; compilations still running at the bound are stopped and not
+            counted. ``notes`` says what was skipped or cut.
+        reserve_builds: with ``seconds``: end the search early enough for this many more builds of the module
+            by the caller (each reserved as long as -Oz took), so that they too end within ``seconds``.
 
     Returns:
         a :class:`Recommendation`; ``recommendation.pipeline`` can be given to :func:`optimize`.
     """
+    return _search(module, budget, library=library, encoder=encoder, engine=engine, embedding=embedding,
+                   neighbors=neighbors, retrieval_share=retrieval_share, coreset_share=coreset_share, seed=seed,
+                   learn=learn, neighbor_indices=neighbor_indices, progress=progress, objective=objective,
+                   target=target, seconds=seconds, reserve_builds=reserve_builds)[0]
 
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if seconds is not None and seconds <= 0:
-        raise ValueError(f"seconds must be positive, got {seconds}")
-    check_objective(objective)
-    start = time.perf_counter()
-    engine = engine or default_engine()
-    module = load_module(module, engine=engine)
-    if library is None:
-        library = default_library(encoder, objective)
+
+def _check_library(library: ProgramLibrary, objective: str, learn: bool) -> None:
     if library.objective == "text-size" and objective != "text-size":
         raise ValueError(f"this library was searched for text size: its pipelines are ranked by bytes, not by "
                          f"{objective}; give the instruction-count library")
     if learn and library.objective != objective:
         raise ValueError(f"learn=True needs a library of the objective searched for: the library counts "
                          f"{library.objective}, the search {objective}")
-    probe_compilations = 0
-    if embedding is None and neighbor_indices is None:
 
-        encoder = encoder or load_encoder()
-        embedding = encoder.embed(module, progress=progress)
-        probe_compilations = encoder.probe_set.num_probes
-    if neighbor_indices is None:
-        neighbor_indices, _ = library.neighbors(embedding, neighbors)
-    ranked = library.candidates(neighbor_indices)
-    trials = Trials(module, engine, budget, objective=objective, target=target)
+
+def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, encoder=None, engine=None,
+            embedding: Optional[np.ndarray] = None, neighbors: int = 8, retrieval_share: float = 0.5,
+            coreset_share: float = CORESET_SHARE, seed: int = 0, learn: bool = False,
+            neighbor_indices: Optional[Sequence[int]] = None, progress: Union[bool, ProgressCallback] = False,
+            objective: str = "ir-count", target: Optional[Target] = None, seconds: Optional[float] = None,
+            reserve_builds: int = 0, start: Optional[float] = None) -> Tuple[Recommendation, Trials]:
+    """:func:`recommend_pipeline` and its :class:`Trials` (whose kept results spare the caller a second run);
+    ``start``: the ``time.monotonic()`` that ``seconds`` counts from (default: now)."""
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    if reserve_builds < 0:
+        raise ValueError(f"reserve_builds must be >= 0, got {reserve_builds}")
+    check_objective(objective)
+    start = time.monotonic() if start is None else start
+    deadline = None if seconds is None else start + seconds
+    engine = engine or default_engine()
+    module = load_module(module, engine=engine)
+    if library is not None:
+        _check_library(library, objective, learn)
+    report = progress if callable(progress) else None
+    trials = Trials(module, engine, budget, objective=objective, target=target, progress=report, start=start)
+    # with a time bound, the search ends early enough for the caller's builds
+    end = None if deadline is None else deadline - reserve_builds * trials.oz_seconds
+    notes: List[str] = []
+    if deadline is not None and time.monotonic() >= deadline:
+        notes.append(f"-Oz alone took {trials.oz_seconds:.1f} s and used up the time bound: nothing else was tried")
+    if library is None and (end is None or time.monotonic() < end):
+        trials.report("loading the library")
+        library = default_library(encoder, objective)
+        _check_library(library, objective, learn)
+    probe_compilations = 0
+    if library is not None and embedding is None and neighbor_indices is None:
+        if end is not None and embedding_seconds(trials) > EMBEDDING_SHARE * (end - time.monotonic()):
+            notes.append(f"probes skipped: about {embedding_seconds(trials):.1f} s of probes, "
+                         f"{max(0.0, end - time.monotonic()):.1f} s left; the library's coreset stood in for the "
+                         "neighbors' pipelines")
+            neighbor_indices = []
+        else:
+            encoder = encoder or load_encoder()
+            trials.report("embedding")
+            watch = (lambda done, total: trials.report("embedding", done, total)) if report else bool(progress)
+            cut = None if end is None else time.monotonic() + EMBEDDING_CUT * (end - time.monotonic())
+            try:
+                embedding = encoder.embed(module, progress=watch, engine=engine, deadline=cut)
+                probe_compilations = encoder.probe_set.num_probes
+            except DeadlineError:
+                notes.append(f"probes stopped after {EMBEDDING_CUT:.0%} of the time left; the library's coreset "
+                             "stood in for the neighbors' pipelines")
+                neighbor_indices = []
+    if library is None:
+        neighbor_indices, ranked, coreset = [], [], []
+    else:
+        if neighbor_indices is None:
+            neighbor_indices, _ = library.neighbors(embedding, neighbors)
+        ranked, coreset = [s for s, _ in library.candidates(neighbor_indices)], library.coreset
     if objective == "text-size":
         # -Os first: it rotates loops, which -Oz does not, and a guarded bottom-tested loop is often shorter than
         # a top-tested one with its trip count (smax) computed; 18 of the 47 shipped tasks are 2-20% smaller
         # with -Os than with -Oz in target mode, real units rarely are
-        trials.run([SIZE_SEEDS], "-Os")
+        trials.run([SIZE_SEEDS], "-Os", deadline=end)
     retrieve = budget if budget <= 2 else max(1, int(round(budget * retrieval_share)))
-    retrieved = retrieval_order([s for s, _ in ranked], library.coreset, retrieve, coreset_share)
-    trials.run(retrieved, "library")
+    retrieved = retrieval_order(ranked, coreset, retrieve, coreset_share)
+    trials.run(retrieved, "library", deadline=end)
     vocabulary = sorted({x for s in retrieved for x in s if x != OZ})
     rng = random.Random(f"{seed}:{module.sha256}")
-    _local_search(trials, retrieved[0] if retrieved else (OZ,), rng, vocabulary,
-                  deadline=None if seconds is None else start + seconds)
-    if learn and embedding is not None:
+    _local_search(trials, retrieved[0] if retrieved else (OZ,), rng, vocabulary, deadline=end)
+    if end is not None and trials.left > 0 and time.monotonic() >= end and not notes:
+        notes.append(f"the time bound ended the search after {trials.compilations} of {budget} compilations")
+    if learn and embedding is not None and library is not None:
         library.learn(module.sha256, embedding, trials.measured(), name=module.name,
                       instruction_count=module.instruction_count, oz_count=trials.oz_count)
-    return recommendation_from(trials, start, neighbors=tuple(library.programs[int(j)].name for j in neighbor_indices),
-                               probe_compilations=probe_compilations)
+    names = tuple(library.programs[int(j)].name for j in neighbor_indices) if library is not None else ()
+    found = recommendation_from(trials, start, neighbors=names, probe_compilations=probe_compilations,
+                                notes=tuple(notes))
+    return found, trials
 
 
 def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
-                           engine=None, learn: bool = False, progress: bool = False, objective: str = "ir-count",
-                           target: Optional[Target] = None, seconds: Optional[float] = None,
+                           engine=None, learn: bool = False, progress: Union[bool, ProgressCallback] = False,
+                           objective: str = "ir-count", target: Optional[Target] = None,
+                           seconds: Optional[float] = None, reserve_builds: int = 0,
                            ) -> Tuple[Recommendation, Module]:
-    """:func:`recommend_pipeline`, then the module optimized with the recommendation, re-run from scratch and
-    checked to give the count the search measured (``bpq optimize --auto``). With ``objective="text-size"`` the
-    module is optimized in target mode (``target``, default as in :func:`recommend_pipeline`).
+    """:func:`recommend_pipeline`, then the module optimized with the recommendation (``bpq optimize --auto``).
+    With ``objective="text-size"`` the module is optimized in target mode (``target``, default as in
+    :func:`recommend_pipeline`).
+
+    Without ``seconds`` the recommendation is re-run from scratch and checked to give the count the search
+    measured; with ``seconds`` (a bound on the whole call, the module's loading included) the module is the one
+    the search measured, so that no second run is needed.
 
     Raises:
         RuntimeError: the re-run gave another instruction count (a non-deterministic pass).
     """
+    start = time.monotonic()
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
-    found = recommend_pipeline(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
-                               progress=progress, objective=objective, target=target, seconds=seconds)
-    if objective == "text-size":
-        target = target or Target.module_cpus()
-    result = optimize(module, found.pipeline, engine=engine, target=target)
+    found, trials = _search(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
+                            progress=progress, objective=objective, target=target, seconds=seconds,
+                            reserve_builds=reserve_builds, start=start)
+    kept = trials.result(found.steps) if seconds is not None else None
+    if kept is not None:
+        return found, Module(kept, name=module.name, source=module.source)
+    if callable(progress):
+        trials.report("build")
+    result = optimize(module, found.pipeline, engine=engine, target=trials.target)
     if result.instruction_count != found.instruction_count:
         raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "
                            f"when re-run, {found.instruction_count} when searched (non-deterministic pass?)")
     return found, result
-
-

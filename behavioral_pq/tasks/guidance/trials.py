@@ -4,20 +4,48 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from behavioral_pq.core.catalog import steps_pipeline
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.core.module import load_module
 from behavioral_pq.core.target import Target
 from behavioral_pq.core.toolchain import text_size
-from behavioral_pq.errors import BPQError
+from behavioral_pq.errors import BPQError, DeadlineError
 from behavioral_pq.tasks.guidance.library import OZ, Steps
 
 #: What a pipeline search minimizes. ``ir-count``: IR instructions after the pipeline in measure mode
 #: (CompilerGym's IrInstructionCount; what the program library was built for). ``text-size``: bytes of the
 #: ``.text`` of ``llc-19 -O2``'s object after the pipeline in target mode (CompilerGym's ObjectTextSizeBytes).
 OBJECTIVES = ("ir-count", "text-size")
+
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """Where a pipeline search stands, as given to a ``progress`` callback after each step.
+
+    Attributes:
+        phase: what runs now: ``"-Oz"`` (the reference), ``"loading the library"``, ``"embedding"`` (the
+            probes), the origin of the candidates measured (``"library"``, ``"local search"``, ``"-Os"``, ...)
+            or ``"build"`` (the chosen pipeline applied).
+        compilations: candidate compilations done; ``budget`` allowed.
+        best, oz: the objective's value of the best pipeline so far and of -Oz (None before -Oz is measured).
+        seconds: wall time since the search began.
+        done, total: the step's own count where it has one (probe-tree nodes measured for ``"embedding"``).
+    """
+
+    phase: str
+    compilations: int
+    budget: int
+    best: Optional[int]
+    oz: Optional[int]
+    seconds: float
+    objective: str = "ir-count"
+    done: Optional[int] = None
+    total: Optional[int] = None
+
+
+ProgressCallback = Callable[[SearchProgress], None]
 
 
 def check_objective(objective: str) -> str:
@@ -36,9 +64,14 @@ class Trials:
 
     ``target`` (text-size only): the :class:`~behavioral_pq.core.target.Target` the pipelines run for; default
     the host's triple keeping the CPU each function was compiled for (what ``bpq compile`` does for size).
+
+    ``progress``: called with a :class:`SearchProgress` after -Oz and after each batch measured (``start``: the
+    ``time.monotonic()`` its ``seconds`` count from; default now). ``oz_seconds`` is how long -Oz took: about
+    what one compilation of this module costs.
     """
 
-    def __init__(self, module, engine, budget: int, objective: str = "ir-count", target: Optional[Target] = None):
+    def __init__(self, module, engine, budget: int, objective: str = "ir-count", target: Optional[Target] = None,
+                 *, progress: Optional[ProgressCallback] = None, start: Optional[float] = None):
         self.module = module
         self.engine = engine
         self.budget = int(budget)
@@ -48,37 +81,67 @@ class Trials:
         self.target = target if objective == "text-size" else None
         self.counts: Dict[Steps, Optional[int]] = {}
         self.origin: Dict[Steps, str] = {}
-        self._kept: Dict[Steps, Tuple[int, bytes]] = {}  # text-size: -Oz's and the smallest candidates' results
+        self._kept: Dict[Steps, Tuple[int, bytes]] = {}  # -Oz's and the best candidates' results (bitcode)
         self.compilations = 0
         self.history: List[int] = []
+        self.progress = progress
+        self.start = time.monotonic() if start is None else start
+        self.oz_count: Optional[int] = None
+        self.report("-Oz")
+        began = time.monotonic()
         (self.oz_count,), (error,) = self._measure([(OZ,)])
         if error is not None:
             raise error
+        self.oz_seconds = time.monotonic() - began
         self.counts[(OZ,)] = self.oz_count
         self.origin[(OZ,)] = "-Oz"
+        self.report("-Oz")
+
+    def report(self, phase: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+        """Tell ``progress`` (if any) where the search stands."""
+        if self.progress is not None:
+            best = self.best()[1] if self.oz_count is not None else None
+            self.progress(SearchProgress(phase, self.compilations, self.budget, best, self.oz_count,
+                                         time.monotonic() - self.start, self.objective, done, total))
 
     @property
     def left(self) -> int:
         return self.budget - self.compilations
 
-    def _measure(self, candidates: List[Steps]) -> Tuple[List[Optional[int]], list]:
-        """The objective's value after each candidate (None where it failed), and the errors."""
+    def _measure(self, candidates: List[Steps], deadline: Optional[float] = None
+                 ) -> Tuple[List[Optional[int]], list]:
+        """The objective's value after each candidate (None where it failed), and the errors (a DeadlineError
+        where ``deadline``, a ``time.monotonic()`` value, passed first)."""
         if self.objective == "text-size":
-            return self._measure_text(candidates)
-        features, _, errors = self.engine.autophase_tree(
+            return self._measure_text(candidates, deadline)
+        features, kept, errors = self.engine.autophase_tree(
             [self.module.bitcode], [-1] * len(candidates), [steps_pipeline(s) for s in candidates],
-            names=[self.module.name])
+            keep=[True] * len(candidates), names=[self.module.name], deadline=deadline)
         total = AUTOPHASE_FEATURES.index("TotalInsts")
-        return [None if e is not None else int(features[i, total]) for i, e in enumerate(errors)], errors
+        values = [None if e is not None else int(features[i, total]) for i, e in enumerate(errors)]
+        for i, steps in enumerate(candidates):
+            if values[i] is not None and i in kept:
+                self._keep(steps, kept[i], values[i])
+        return values, errors
 
-    def _measure_text(self, candidates: List[Steps]) -> Tuple[List[Optional[int]], list]:
+    def _measure_text(self, candidates: List[Steps], deadline: Optional[float] = None
+                      ) -> Tuple[List[Optional[int]], list]:
         values: List[Optional[int]] = []
         errors: List[Optional[BPQError]] = []
         for steps in candidates:
             try:
                 bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
-                                                   target=self.target)
-                values.append(text_size(bitcode, opt_level=2, cpu=self.target.cpu or None))
+                                                   target=self.target, deadline=deadline)
+                left = 120.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
+                try:
+                    values.append(text_size(bitcode, opt_level=2, cpu=self.target.cpu or None,
+                                            timeout=min(120.0, left)))
+                except TimeoutError as exc:
+                    if deadline is None or left >= 120.0:
+                        raise
+                    raise DeadlineError(f"{self.module.name}: the deadline passed while llc ran") from exc
                 errors.append(None)
                 self._keep(steps, bitcode, values[-1])
             except BPQError as exc:  # a crashing pass or an llc failure: this candidate is unusable
@@ -88,7 +151,7 @@ class Trials:
 
     def _keep(self, steps: Steps, bitcode: bytes, value: int) -> None:
         """Keep the result of -Oz and of every candidate as small as the smallest so far (one of them is what
-        :meth:`best` returns), so that :meth:`instruction_count` needs no second run."""
+        :meth:`best` returns), so that :meth:`instruction_count` and :meth:`result` need no second run."""
         if steps != (OZ,):
             smallest = min((v for k, (v, _) in self._kept.items() if k != (OZ,)), default=value)
             if value > smallest:
@@ -108,16 +171,35 @@ class Trials:
                                                target=self.target)
         return load_module(bitcode, name=self.module.name, engine=self.engine).instruction_count
 
-    def run(self, candidates: Iterable[Steps], origin: str) -> None:
-        """Measure the candidates not measured yet, as far as the budget goes (one batched engine call)."""
+    def result(self, steps: Steps) -> Optional[bytes]:
+        """The module after ``steps`` as this search measured it (bitcode; in target mode for text-size), or None
+        when it was not kept (only -Oz and the best candidates are)."""
+        kept = self._kept.get(tuple(steps))
+        return kept[1] if kept is not None else None
+
+    def run(self, candidates: Iterable[Steps], origin: str, deadline: Optional[float] = None) -> bool:
+        """Measure the candidates not measured yet, as far as the budget goes: one batched engine call, or with a
+        ``deadline`` (a ``time.monotonic()`` value) one call per round of the engine's workers, in the given
+        order, until it passes. A candidate cut by the deadline is not counted. Returns False when the deadline
+        cut the batch short."""
         new = [s for s in dict.fromkeys(tuple(c) for c in candidates) if s not in self.counts][:max(self.left, 0)]
-        if not new:
-            return
-        for steps, count in zip(new, self._measure(new)[0]):
-            self.counts[steps] = count
-            self.origin[steps] = origin
-            self.compilations += 1
-            self.history.append(min(self.best()[1], count if count is not None else self.oz_count))
+        step = len(new) if deadline is None else max(1, self.engine.workers)
+        for first in range(0, len(new), max(step, 1)):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            batch = new[first:first + step]
+            values, errors = self._measure(batch, deadline)
+            for steps, count, error in zip(batch, values, errors):
+                if isinstance(error, DeadlineError):
+                    continue
+                self.counts[steps] = count
+                self.origin[steps] = origin
+                self.compilations += 1
+                self.history.append(min(self.best()[1], count if count is not None else self.oz_count))
+            self.report(origin)
+            if any(isinstance(e, DeadlineError) for e in errors):
+                return False
+        return True
 
     def best(self) -> Tuple[Steps, int]:
         """The best measured pipeline (shortest among equals; -Oz unless something is strictly better)."""
@@ -151,6 +233,7 @@ class Recommendation:
         tried: every candidate measured, in order, with the objective's value (None: it failed).
         first_count: that value for the first candidate (the pure prediction of budget 1), or None.
         seconds: wall time, embedding included.
+        notes: what a time bound (``seconds=``) cut or skipped, one sentence each (empty when nothing was).
     """
 
     steps: Steps
@@ -169,6 +252,7 @@ class Recommendation:
     objective: str = "ir-count"
     text_size: Optional[int] = None
     oz_text_size: Optional[int] = None
+    notes: Tuple[str, ...] = ()
 
     @property
     def improvement(self) -> float:
@@ -184,11 +268,11 @@ class Recommendation:
                 "improvement_over_oz": self.improvement, "method": self.method, "budget": self.budget,
                 "compilations": self.compilations, "probe_compilations": self.probe_compilations,
                 "neighbors": list(self.neighbors), "seconds": self.seconds, "objective": self.objective,
-                "text_size": self.text_size, "oz_text_size": self.oz_text_size}
+                "text_size": self.text_size, "oz_text_size": self.oz_text_size, "notes": list(self.notes)}
 
 
 def recommendation_from(trials: Trials, start: float, kind: Optional[str] = None, **extra) -> Recommendation:
-    """The best of ``trials`` as a :class:`Recommendation`; ``start`` is the ``time.perf_counter()`` at which the
+    """The best of ``trials`` as a :class:`Recommendation`; ``start`` is the ``time.monotonic()`` at which the
     search began (the embedding included), ``extra`` sets the optional fields."""
     steps, count = trials.best()
     method = "-Oz" if steps == (OZ,) else (kind or trials.origin[steps])
@@ -200,5 +284,5 @@ def recommendation_from(trials: Trials, start: float, kind: Optional[str] = None
         oz_count = trials.oz_count
     return Recommendation(steps, steps_pipeline(steps), count, oz_count, trials.module.instruction_count,
                           trials.compilations, trials.budget, method, tried=tried,
-                          first_count=tried[0][1] if tried else None, seconds=time.perf_counter() - start,
+                          first_count=tried[0][1] if tried else None, seconds=time.monotonic() - start,
                           **extra)
