@@ -7,7 +7,11 @@
 - **Version stamps**: :func:`versions` (package, LLVM, torch, faiss, numpy) goes into every config.
 - **Encoder identity**: :func:`encoder_identity` ties a predictor or library to the encoder it was made on;
   :func:`check_encoder` refuses another one.
-- **Reading**: :func:`read_sealed_config` reads a config file and checks its format, version and seal.
+- **Reading**: :func:`read_bounded` is the one way to read a file named by an artifact or a user: a regular file
+  only (a FIFO, a device or ``/proc`` file is refused at once, never waited on) and at most a size cap per kind
+  (``*_LIMIT``). :func:`read_json_bounded` adds a nesting cap before parsing, :func:`safetensors_header` reads the
+  tensor shapes of weights before anything is allocated, and :func:`read_sealed_config` reads a config file and
+  checks its format, version and seal.
 - **Writing**: :func:`atomic_path` is the one way to write an artifact: a unique temporary name beside the target
   (pid + random suffix, so two writers never share one), fsync, then an atomic replace; on an error nothing is
   left behind and the old artifact is untouched. :func:`write_text_atomic`, :func:`write_bytes_atomic` and
@@ -20,24 +24,51 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Type, Union
+from typing import Dict, Iterable, Iterator, Optional, Tuple, Type, Union
 
 from behavioral_pq._version import __version__
 from behavioral_pq.core._native_loader import LLVM_VERSION
 
 PathLike = Union[str, os.PathLike]
 
+# Size caps per kind of file, each far above what the project writes, so that a device, a pseudo-file or a huge file
+# in an artifact's place is refused with a typed error instead of filling memory.
+#: A config or header in JSON or TOML (checkpoint, predictor and estimator configs, probe sets, TOML settings): the
+#: shipped ones are under 110 KiB; a probe set at its caps (4096 probes of 1000 passes) would not fit, none needs to.
+CONFIG_LIMIT = 16 << 20
+#: A listing that grows with its data (a library's ``library.json``: 0.6 MiB for 1,200 programs; a corpus manifest).
+LISTING_LIMIT = 256 << 20
+#: Weights and other binary members of an artifact (``model.safetensors``: 3.4 MiB shipped; ``index.faiss``).
+WEIGHTS_LIMIT = 2 << 30
+#: A quantizer file: at most 256 centroids of 56 floats per sub-space (58 KiB shipped).
+QUANTIZER_LIMIT = 16 << 20
+#: Nesting of a JSON file: the project writes at most 5 levels; Python's parser overflows its stack near 1,000.
+JSON_DEPTH_LIMIT = 100
+
 
 # -- digests and seals ---------------------------------------------------------------------------------------------
 
-def sha256_file(path: PathLike) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+def sha256_file(path: PathLike, *, limit: Optional[int] = None, error: Type[Exception] = OSError,
+                what: str = "file") -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks; with a ``limit``, the file must be a regular file of at
+    most ``limit`` bytes (see :func:`read_bounded`), else ``error`` is raised."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    if limit is None:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    with _open_regular(path, limit=limit, what=what, error=error) as (f, size):
+        read = 0
         for block in iter(lambda: f.read(1 << 20), b""):
+            read += len(block)
+            if read > size:
+                raise error(f"{path}: unreadable {what} (it grows while read: not a plain file)")
             h.update(block)
     return h.hexdigest()
 
@@ -73,9 +104,9 @@ def check_files(folder: PathLike, config: dict, error: Type[Exception]) -> None:
         raise error(f"{folder}: no file checksums in its config; save it again")
     for name, digest in files.items():
         file = confined(folder, name, error)
-        if not file.is_file():
+        if not os.path.lexists(file):
             raise error(f"{file}: missing")
-        if sha256_file(file) != digest:
+        if sha256_file(file, limit=WEIGHTS_LIMIT, error=error, what="artifact file") != digest:
             raise error(f"{file}: checksum mismatch (corrupt or edited file)")
 
 
@@ -93,21 +124,157 @@ def confined(folder: PathLike, name: str, error: Type[Exception]) -> Path:
     return path
 
 
-def read_sealed_config(file: PathLike, *, format: str, version: int, error: Type[Exception], what: str) -> dict:
+# -- bounded reads -------------------------------------------------------------------------------------------------
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+@contextlib.contextmanager
+def _open_regular(path: PathLike, *, limit: int, what: str, error: Type[Exception]):
+    """Yields (binary file, its size) for a regular file of at most ``limit`` bytes; ``error`` otherwise.
+
+    Opened without blocking (a FIFO with no writer would hang ``open``), then checked with fstat on the open file,
+    so what is checked is what is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as exc:
+        raise error(f"{path}: unreadable {what} ({exc.strerror or type(exc).__name__})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        if info.st_size > limit:
+            raise error(f"{path}: unreadable {what} ({info.st_size} bytes, more than the {_size(limit)} limit)")
+        kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a plain file")
+        raise error(f"{path}: unreadable {what} (not a regular file: {kind})")
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        try:
+            yield f, info.st_size
+        except OSError as exc:
+            if isinstance(exc, error):
+                raise
+            raise error(f"{path}: unreadable {what} ({exc.strerror or type(exc).__name__})") from None
+
+
+def _size(n: int) -> str:
+    return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_bounded(path: PathLike, *, limit: int, what: str, error: Type[Exception]) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
+
+    A FIFO, a device, a folder or a file over the limit is refused at once with ``error`` (never read, never waited
+    on); so is a file that holds more than its size says (``/proc`` files report 0 bytes). Messages name the file
+    and the reason, never its content.
+
+    Args:
+        limit: the cap for this kind of file (one of the ``*_LIMIT`` constants).
+        what: the file's kind for messages ("checkpoint config").
+    """
+    with _open_regular(path, limit=limit, what=what, error=error) as (f, size):
+        data = f.read(size + 1)
+        while len(data) <= size:            # a short read of a regular file: read on to the size it had
+            more = f.read(size + 1 - len(data))
+            if not more:
+                break
+            data += more
+    if len(data) > size:
+        raise error(f"{path}: unreadable {what} (it holds more than its size of {size} bytes: not a plain file)")
+    return data
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[{]}"))
+
+
+def json_depth(data: bytes) -> int:
+    """How deep arrays and objects nest in JSON text (brackets inside strings do not count), without parsing it."""
+    import numpy as np
+
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS).translate(_BRACKETS)
+    steps = np.frombuffer(brackets, dtype=np.int8)
+    return int(np.cumsum(steps, dtype=np.int64).max()) if len(steps) else 0
+
+
+def parse_json_bounded(data: bytes, *, origin: PathLike, what: str, error: Type[Exception]):
+    """JSON bytes parsed, after checking that they nest at most :data:`JSON_DEPTH_LIMIT` deep (deeper input makes
+    Python's parser overflow its stack); ``error`` names ``origin`` for input that is not UTF-8 JSON."""
+    if json_depth(data) > JSON_DEPTH_LIMIT:
+        raise error(f"{origin}: unreadable {what} (JSON nested deeper than {JSON_DEPTH_LIMIT} levels)")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise error(f"{origin}: unreadable {what} (not UTF-8 text: byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{origin}: unreadable {what} (not valid JSON: {exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:    # numbers past Python's digit limit; a depth check missed
+        raise error(f"{origin}: unreadable {what} ({type(exc).__name__})") from None
+
+
+def read_json_bounded(path: PathLike, *, limit: int = CONFIG_LIMIT, what: str, error: Type[Exception]):
+    """A JSON file read with :func:`read_bounded` and parsed with :func:`parse_json_bounded`."""
+    return parse_json_bounded(read_bounded(path, limit=limit, what=what, error=error), origin=path, what=what,
+                              error=error)
+
+
+#: safetensors dtypes and their sizes in bytes.
+SAFETENSORS_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                      "BOOL": 1}
+
+
+def safetensors_header(data: bytes, *, origin: PathLike, error: Type[Exception]) -> Dict[str, Tuple[str, tuple]]:
+    """{tensor name: (dtype, shape)} from the header of safetensors bytes, checked against the data it describes,
+    so shapes can be compared with a model's before anything is allocated.
+
+    Layout: 8 bytes little-endian header length n, n bytes of JSON ``{name: {"dtype", "shape", "data_offsets"}}``
+    (and an optional ``__metadata__``), then the tensors' bytes."""
+    if len(data) < 8:
+        raise error(f"{origin}: not a safetensors file (shorter than its header)")
+    n = int.from_bytes(data[:8], "little")
+    if n > min(CONFIG_LIMIT, len(data) - 8):
+        raise error(f"{origin}: not a safetensors file (header of {n} bytes)")
+    header = parse_json_bounded(data[8:8 + n], origin=origin, what="safetensors header", error=error)
+    if not isinstance(header, dict):
+        raise error(f"{origin}: not a safetensors file (its header is not a JSON object)")
+    tensors, body = {}, len(data) - 8 - n
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            if not all(isinstance(x, int) and x >= 0 for x in (*shape, begin, end)):
+                raise ValueError("negative or fractional sizes")
+            count = 1
+            for x in shape:
+                count *= x
+            if dtype not in SAFETENSORS_DTYPES or not begin <= end <= body \
+                    or end - begin != count * SAFETENSORS_DTYPES[dtype]:
+                raise ValueError(f"{dtype} {shape} in bytes {begin}..{end} of {body}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise error(f"{origin}: corrupt safetensors header at tensor {str(name)[:80]!r} "
+                        f"({type(exc).__name__}: {exc})") from None
+        tensors[name] = (dtype, shape)
+    return tensors
+
+
+def read_sealed_config(file: PathLike, *, format: str, version: int, error: Type[Exception], what: str,
+                       limit: int = CONFIG_LIMIT) -> dict:
     """The JSON config of a saved artifact, checked for its ``format``, ``format_version`` and seal.
 
     Args:
         what: the artifact's kind for messages ("a predictor").
+        limit: its size cap (:data:`CONFIG_LIMIT`, or :data:`LISTING_LIMIT` for a config that lists data).
     Raises:
-        error: the file is missing, unreadable, of another format or version, or its digest does not match.
+        error: the file is missing, not a regular file, over ``limit``, unreadable, of another format or version,
+            or its digest does not match.
     """
     file = Path(file)
-    try:
-        config = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise error(f"{file.parent}: not {what} (no {file.name})") from None
-    except (OSError, ValueError) as exc:
-        raise error(f"{file}: unreadable ({exc})") from None
+    if not os.path.lexists(file):
+        raise error(f"{file.parent}: not {what} (no {file.name})")
+    config = read_json_bounded(file, limit=limit, what=f"config of {what}", error=error)
     if not isinstance(config, dict) or config.get("format") != format or config.get("format_version") != version:
         found = (config.get("format"), config.get("format_version")) if isinstance(config, dict) else (None, None)
         raise error(f"{file.parent}: format {found[0]!r} version {found[1]!r}, this library reads {format!r} "
@@ -156,8 +323,8 @@ def check_replaceable(path: PathLike, *, config: str, format: str, overwrite: bo
         if not any(path.iterdir()):
             return
         try:
-            same = json.loads((path / config).read_text()).get("format") == format
-        except (OSError, ValueError, AttributeError):
+            same = read_json_bounded(path / config, what="config", error=ValueError).get("format") == format
+        except (ValueError, AttributeError):
             same = False
         if same or overwrite:
             return
