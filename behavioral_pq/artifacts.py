@@ -7,9 +7,9 @@
 - **Version stamps**: :func:`versions` (package, LLVM, torch, faiss, numpy) goes into every config.
 - **Encoder identity**: :func:`encoder_identity` ties a predictor or library to the encoder it was made on;
   :func:`check_encoder` refuses another one.
-- **Reading**: :func:`read_bounded` is the one way to read a file named by an artifact or a user: a regular file
-  only (a FIFO, a device or ``/proc`` file is refused at once, never waited on) and at most a size cap per kind
-  (``*_LIMIT``). :func:`read_json_bounded` adds a nesting cap before parsing, :func:`safetensors_header` reads the
+- **Reading**: :func:`~behavioral_pq.config.read_bounded` (defined low, in config, so TOML and IR files use it too) is
+  the one way to read a file named by an artifact or a user: a regular file only (a FIFO, a device or ``/proc`` file
+  is refused at once, never waited on) and at most a size cap per kind (``*_LIMIT``). :func:`read_json_bounded` adds a nesting cap before parsing, :func:`safetensors_header` reads the
   tensor shapes of weights before anything is allocated, and :func:`read_sealed_config` reads a config file and
   checks its format, version and seal.
 - **Writing**: :func:`atomic_path` is the one way to write an artifact: a unique temporary name beside the target
@@ -26,21 +26,19 @@ import json
 import os
 import re
 import shutil
-import stat
 import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, Optional, Tuple, Type, Union
 
 from behavioral_pq._version import __version__
+from behavioral_pq.config import CONFIG_LIMIT, open_regular, read_bounded
 from behavioral_pq.core._native_loader import LLVM_VERSION
 
 PathLike = Union[str, os.PathLike]
 
 # Size caps per kind of file, each far above what the project writes, so that a device, a pseudo-file or a huge file
 # in an artifact's place is refused with a typed error instead of filling memory.
-#: A config or header in JSON or TOML (checkpoint, predictor and estimator configs, probe sets, TOML settings): the
-#: shipped ones are under 110 KiB; a probe set at its caps (4096 probes of 1000 passes) would not fit, none needs to.
-CONFIG_LIMIT = 16 << 20
+# CONFIG_LIMIT (in behavioral_pq.config, which reads TOML files): a config or header in JSON or TOML, 16 MiB.
 #: A listing that grows with its data (a library's ``library.json``: 0.6 MiB for 1,200 programs; a corpus manifest).
 LISTING_LIMIT = 256 << 20
 #: Weights and other binary members of an artifact (``model.safetensors``: 3.4 MiB shipped; ``index.faiss``).
@@ -63,7 +61,7 @@ def sha256_file(path: PathLike, *, limit: Optional[int] = None, error: Type[Exce
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
         return h.hexdigest()
-    with _open_regular(path, limit=limit, what=what, error=error) as (f, size):
+    with open_regular(path, limit=limit, what=what, error=error) as (f, size):
         read = 0
         for block in iter(lambda: f.read(1 << 20), b""):
             read += len(block)
@@ -125,65 +123,6 @@ def confined(folder: PathLike, name: str, error: Type[Exception]) -> Path:
 
 
 # -- bounded reads -------------------------------------------------------------------------------------------------
-
-_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-@contextlib.contextmanager
-def _open_regular(path: PathLike, *, limit: int, what: str, error: Type[Exception]):
-    """Yields (binary file, its size) for a regular file of at most ``limit`` bytes; ``error`` otherwise.
-
-    Opened without blocking (a FIFO with no writer would hang ``open``), then checked with fstat on the open file,
-    so what is checked is what is read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except OSError as exc:
-        raise error(f"{path}: unreadable {what} ({exc.strerror or type(exc).__name__})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-        os.close(fd)
-        if info.st_size > limit:
-            raise error(f"{path}: unreadable {what} ({info.st_size} bytes, more than the {_size(limit)} limit)")
-        kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a plain file")
-        raise error(f"{path}: unreadable {what} (not a regular file: {kind})")
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        try:
-            yield f, info.st_size
-        except OSError as exc:
-            if isinstance(exc, error):
-                raise
-            raise error(f"{path}: unreadable {what} ({exc.strerror or type(exc).__name__})") from None
-
-
-def _size(n: int) -> str:
-    return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
-
-
-def read_bounded(path: PathLike, *, limit: int, what: str, error: Type[Exception]) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
-
-    A FIFO, a device, a folder or a file over the limit is refused at once with ``error`` (never read, never waited
-    on); so is a file that holds more than its size says (``/proc`` files report 0 bytes). Messages name the file
-    and the reason, never its content.
-
-    Args:
-        limit: the cap for this kind of file (one of the ``*_LIMIT`` constants).
-        what: the file's kind for messages ("checkpoint config").
-    """
-    with _open_regular(path, limit=limit, what=what, error=error) as (f, size):
-        data = f.read(size + 1)
-        while len(data) <= size:            # a short read of a regular file: read on to the size it had
-            more = f.read(size + 1 - len(data))
-            if not more:
-                break
-            data += more
-    if len(data) > size:
-        raise error(f"{path}: unreadable {what} (it holds more than its size of {size} bytes: not a plain file)")
-    return data
-
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
@@ -258,6 +197,21 @@ def safetensors_header(data: bytes, *, origin: PathLike, error: Type[Exception])
                         f"({type(exc).__name__}: {exc})") from None
         tensors[name] = (dtype, shape)
     return tensors
+
+
+def check_shapes(expected: Dict[str, tuple], header: Dict[str, Tuple[str, tuple]], *, origin: PathLike,
+                 error: Type[Exception]) -> None:
+    """Refuse weights whose tensors (``header``, from :func:`safetensors_header`) are not the ``expected``
+    {name: shape} of the model they are for, naming the first tensors that differ."""
+    found = {name: shape for name, (_, shape) in header.items()}
+    if expected == found:
+        return
+    missing, unexpected = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+    differ = [f"{name}: {found[name]} in the weights, {expected[name]} by the config" for name in sorted(expected)
+              if name in found and found[name] != expected[name]]
+    raise error(f"{origin}: weights do not fit the model config ("
+                + "; ".join(differ[:2] + [f"missing {missing[:3]}"] * bool(missing)
+                            + [f"unexpected {[name[:80] for name in unexpected[:3]]}"] * bool(unexpected)) + ")")
 
 
 def read_sealed_config(file: PathLike, *, format: str, version: int, error: Type[Exception], what: str,

@@ -33,6 +33,7 @@ from behavioral_pq.artifacts import (
     atomic_path,
     check_replaceable,
     check_seal,
+    check_shapes,
     confined,
     file_checksums,
     read_bounded,
@@ -208,14 +209,7 @@ def check_weight_shapes(model_config: PQBertConfig, header: dict, file: Path) ->
                               f"sub-spaces in the config, {len(header)} tensors in the weights)")
     with torch.device("meta"):
         expected = {k: tuple(v.shape) for k, v in PQBert(model_config).state_dict().items()}
-    found = {k: shape for k, (_, shape) in header.items()}
-    if expected != found:
-        missing, unexpected = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
-        differ = [f"{k}: {found[k]} in the weights, {expected[k]} by the config" for k in sorted(expected)
-                  if k in found and found[k] != expected[k]]
-        raise CheckpointError(f"{file}: weights do not fit the model config ("
-                              + "; ".join(differ[:2] + [f"missing {missing[:3]}"] * bool(missing)
-                                          + [f"unexpected {unexpected[:3]}"] * bool(unexpected)) + ")")
+    check_shapes(expected, header, origin=file, error=CheckpointError)
     parameters = sum(_count(shape) for shape in expected.values())
     if parameters > MAX_PARAMETERS:
         raise CheckpointError(f"{file}: a model of {parameters} parameters, more than the {MAX_PARAMETERS} this "
