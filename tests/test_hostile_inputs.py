@@ -76,7 +76,7 @@ def test_a_checkpoint_config_that_is_a_device_or_a_fifo_is_refused_at_once(tmp_p
     else:
         replace_with(folder / "config.json", target)
     kind = "a FIFO" if target == "fifo" else "a character device"   # refused by type, never opened for reading
-    with pytest.raises(CheckpointError, match=rf"config.json: unreadable checkpoint config .not a regular file: {kind}"):
+    with pytest.raises(CheckpointError, match=f"config.json: unreadable checkpoint config .not a regular file: {kind}"):
         load_checkpoint(folder)
 
 
