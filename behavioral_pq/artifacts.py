@@ -9,8 +9,9 @@
   :func:`check_encoder` refuses another one.
 - **Reading**: :func:`~behavioral_pq.config.read_bounded` (defined low, in config, so TOML and IR files use it too) is
   the one way to read a file named by an artifact or a user: a regular file only (a FIFO, a device or ``/proc`` file
-  is refused at once, never waited on) and at most a size cap per kind (``*_LIMIT``). :func:`read_json_bounded` adds a nesting cap before parsing, :func:`safetensors_header` reads the
-  tensor shapes of weights before anything is allocated, and :func:`read_sealed_config` reads a config file and
+  is refused at once, never waited on) and at most a size cap per kind (``*_LIMIT``). :func:`read_json_bounded`
+  adds a nesting cap before parsing, :func:`safetensors_header` and :func:`check_shapes` compare the tensor shapes
+  of weights with a model's before anything is allocated, and :func:`read_sealed_config` reads a config file and
   checks its format, version and seal.
 - **Writing**: :func:`atomic_path` is the one way to write an artifact: a unique temporary name beside the target
   (pid + random suffix, so two writers never share one), fsync, then an atomic replace; on an error nothing is
@@ -45,7 +46,7 @@ LISTING_LIMIT = 256 << 20
 WEIGHTS_LIMIT = 2 << 30
 #: A quantizer file: at most 256 centroids of 56 floats per sub-space (58 KiB shipped).
 QUANTIZER_LIMIT = 16 << 20
-#: Nesting of a JSON file: the project writes at most 5 levels; Python's parser overflows its stack near 1,000.
+#: Nesting of a JSON file: the project writes at most 6 levels; Python's parser overflows its stack near 1,000.
 JSON_DEPTH_LIMIT = 100
 
 
