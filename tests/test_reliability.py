@@ -192,7 +192,7 @@ def test_a_probe_set_file_with_a_non_utf8_byte_is_a_probe_set_error(tmp_path):
     data = bytearray((CHECKPOINTS / "pqbert-small-m14-s0" / "probes.json").read_bytes())
     data[len(data) // 2] |= 0x80
     path.write_bytes(bytes(data))
-    with pytest.raises(ProbeSetError, match="probes.json: not a probe-set file"):
+    with pytest.raises(ProbeSetError, match=r"probes.json: unreadable probe set \(not UTF-8 text"):
         load_probes(path)
 
 

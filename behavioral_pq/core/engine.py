@@ -80,6 +80,16 @@ def _check_encoding(data: bytes, name: str) -> None:
                              "file does not start with the bitcode magic)") from None
 
 
+def _without_source_lines(message: str) -> str:
+    """An IR parse error's message without the line of input LLVM quotes under it (and its caret): the input may
+    be any file a user or a benchmark named (``/etc/shadow``), and a refusal must not echo its content. The
+    location (``name:line:column``) and LLVM's reason stay."""
+    head, _, rest = message.partition("\n")
+    if "invalid LLVM IR: " not in head or not rest:
+        return message
+    return head
+
+
 def check_pipeline(pipeline: str) -> str:
     """Return ``pipeline`` if LLVM parses it; raise PipelineError with LLVM's message otherwise."""
     if pipeline not in _valid_pipelines:
@@ -291,9 +301,12 @@ class Engine:
         """Parse ``.ll`` text or bitcode, verify, strip debug info and named metadata, clear the source file name;
         return bitcode."""
         _check_encoding(data, name)
-        if self.workers == 0:
-            return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
-        return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)
+        try:
+            if self.workers == 0:
+                return self._in_process(lambda: native.prepare(data, name), InvalidIRError)
+            return self._single(("prepare", bytes(data), name), name, pipeline=None, invalid=InvalidIRError)
+        except InvalidIRError as exc:
+            raise InvalidIRError(_without_source_lines(str(exc))) from None
 
     def run_pipeline(self, bitcode: bytes, pipeline: str, name: str = "module", target=None, *,
                      deadline: Optional[float] = None) -> bytes:

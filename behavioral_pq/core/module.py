@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
+from behavioral_pq.config import read_bounded
 from behavioral_pq.core._native_loader import native
 from behavioral_pq.core.engine import Engine, default_engine
 from behavioral_pq.core.files import check_output_file, write_bytes_atomic
@@ -15,6 +16,9 @@ from behavioral_pq.core.toolchain import compile_to_bitcode, language_of, link_b
 from behavioral_pq.errors import InvalidIRError
 
 IR_SUFFIXES = (".ll", ".bc")
+#: Size cap of an IR or bitcode file read from a path (behavioral_pq.config.read_bounded): 1 GiB, 40x the IR of
+#: sqlite3's amalgamation, so that a device or a ``/proc`` file given as a module is refused instead of read forever.
+IR_FILE_LIMIT = 1 << 30
 
 
 class Module:
@@ -81,7 +85,7 @@ def _read_source(path: Path, language: Optional[str], flags: Sequence[str]) -> T
         raise FileNotFoundError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
     if language or (path.suffix not in IR_SUFFIXES and language_of(path)):
         return compile_to_bitcode(path, language=language, flags=flags), True
-    return path.read_bytes(), False
+    return read_bounded(path, limit=IR_FILE_LIMIT, what="IR file", error=InvalidIRError), False
 
 
 def load_module(source: ModuleLike, *, name: Optional[str] = None, language: Optional[str] = None,

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from behavioral_pq.artifacts import write_bytes_atomic
-from behavioral_pq.core.module import load_module
+from behavioral_pq.config import read_bounded
+from behavioral_pq.core.module import IR_FILE_LIMIT, load_module
 from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
 from behavioral_pq.corpus.buckets import project_origin
 from behavioral_pq.corpus.inputs import InputItem, from_compile_commands, load_bitcode, make_item
@@ -145,7 +146,7 @@ def _data_unit(store: os.PathLike, sha256: Optional[str]) -> Optional[bytes]:
         return None
     path = Path(store) / DATA_UNITS / f"{sha256}.bc"
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, limit=IR_FILE_LIMIT, what="data unit", error=OSError)
     except OSError:
         return None
     return data if hashlib.sha256(data).hexdigest() == sha256 else None

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from behavioral_pq.artifacts import atomic_path, write_text_atomic
+from behavioral_pq.artifacts import atomic_path, read_json_bounded, write_text_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR
 from behavioral_pq.core.catalog import OZ_LIKE_ORDER, PASSES, get_pass, sequence_pipeline
 from behavioral_pq.core.engine import Engine
@@ -162,7 +162,7 @@ def build_states(store: Union[str, os.PathLike], out: Union[str, os.PathLike], p
     settings = _settings(probe_set, random_states, oz_states, seed, max_random_length)
     saved = out / SETTINGS
     if saved.is_file():
-        if json.loads(saved.read_text()) != settings:
+        if read_json_bounded(saved, what="state settings", error=ValueError) != settings:
             raise ValueError(f"{out} holds states made with other settings ({saved}); use another folder")
     else:
         write_text_atomic(saved, json.dumps(settings, indent=2) + "\n")
@@ -229,7 +229,7 @@ def states_settings(path: Union[str, os.PathLike]) -> dict:
     saved = Path(path) / SETTINGS
     if not saved.is_file():
         raise ValueError(f"{path}: not a state folder (no {SETTINGS}; make one with: bpq corpus states)")
-    return json.loads(saved.read_text())
+    return read_json_bounded(saved, what="state settings", error=ValueError)
 
 
 def state_spectra(table: pa.Table, num_probes: int) -> np.ndarray:

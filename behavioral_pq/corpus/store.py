@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
@@ -31,7 +30,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from behavioral_pq.artifacts import confined, sha256_file, write_json_atomic
+from behavioral_pq.artifacts import LISTING_LIMIT, confined, read_json_bounded, sha256_file, write_json_atomic
 from behavioral_pq.core._native_loader import LLVM_MAJOR, LLVM_VERSION
 from behavioral_pq.core.catalog import CATALOG_VERSION
 from behavioral_pq.errors import CorpusError
@@ -134,10 +133,7 @@ class CorpusStore:
 
     def _read_manifest(self) -> dict:
         path = self.path / MANIFEST
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise CorpusError(f"{path}: unreadable manifest ({exc})") from None
+        data = read_json_bounded(path, limit=LISTING_LIMIT, what="manifest", error=CorpusError)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CorpusError(f"{path}: not a behavioral_pq corpus manifest")
         if data.get("version") != FORMAT_VERSION:

@@ -11,11 +11,15 @@ Layout::
 
 Loading refuses, with a message naming the file: a missing folder or file, a checksum mismatch, a format version
 this package does not read, a checkpoint made with another LLVM major version (the spectra would differ), another
-feature schema, a probe set whose hash differs from the one recorded, and weights that do not fit the model config.
+feature schema, a probe set whose hash differs from the one recorded, a file that is not a regular file inside the
+folder or is over its size cap (behavioral_pq.artifacts), weights whose header does not fit the model config
+(checked before the model is built, so a config edited to name a huge model allocates nothing) or that hold more
+than MAX_PARAMETERS, and weights that are not finite.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -23,10 +27,18 @@ from pathlib import Path
 from typing import Optional, Union
 
 from behavioral_pq.artifacts import (
+    CONFIG_LIMIT,
+    QUANTIZER_LIMIT,
+    WEIGHTS_LIMIT,
     atomic_path,
     check_replaceable,
     check_seal,
+    check_shapes,
+    confined,
     file_checksums,
+    read_bounded,
+    read_json_bounded,
+    safetensors_header,
     seal,
     sha256_file,
     versions,
@@ -42,6 +54,10 @@ from behavioral_pq.errors import CheckpointError, ProbeSetError
 FORMAT = "bpq-encoder"
 FORMAT_VERSION = 1
 FILES = ("probes.json", "quantizer.npz", "model.safetensors")
+#: Size cap of each file of a checkpoint (behavioral_pq.artifacts: configs, quantizers, weights).
+FILE_LIMITS = {"probes.json": CONFIG_LIMIT, "quantizer.npz": QUANTIZER_LIMIT, "model.safetensors": WEIGHTS_LIMIT}
+#: The most parameters a checkpoint's model may have: 268M (1 GiB in float32), 150x the shipped encoder's 1.7M.
+MAX_PARAMETERS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -107,12 +123,9 @@ def read_checkpoint_config(path: Union[str, os.PathLike]) -> dict:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint folder")
     config_path = path / "config.json"
-    try:
-        config = json.loads(config_path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{config_path}: missing (not a checkpoint folder?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{config_path}: unreadable ({exc})") from None
+    if not os.path.lexists(config_path):
+        raise CheckpointError(f"{config_path}: missing (not a checkpoint folder?)")
+    config = read_json_bounded(config_path, what="checkpoint config", error=CheckpointError)
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{config_path}: not an encoder checkpoint")
     if config.get("format_version") != FORMAT_VERSION:
@@ -126,7 +139,7 @@ def load_checkpoint(path: Union[str, os.PathLike]) -> Checkpoint:
     """Load and verify a checkpoint folder (see the module docstring for what is checked)."""
     import torch
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load as load_weights
 
     path = Path(path)
     config = read_checkpoint_config(path)
@@ -137,38 +150,43 @@ def load_checkpoint(path: Union[str, os.PathLike]) -> Checkpoint:
                                   f"meaningless (retrain, or use a build for LLVM {config['llvm_major']})")
         if config["feature_names"] != list(AUTOPHASE_FEATURES):
             raise CheckpointError(f"{path}: made for another Autophase feature schema")
-        for name in FILES:
-            file = path / name
-            if not file.is_file():
+        files = {name: confined(path, name, CheckpointError) for name in FILES}
+        for name, file in files.items():
+            if not os.path.lexists(file):
                 raise CheckpointError(f"{file}: missing")
-            if sha256_file(file) != config["files"][name]:
+        weights_file = files["model.safetensors"]
+        data = read_bounded(weights_file, limit=WEIGHTS_LIMIT, what="weights file", error=CheckpointError)
+        for name, file in files.items():     # the weights are checked on the bytes read, read once
+            digest = hashlib.sha256(data).hexdigest() if name == "model.safetensors" else \
+                sha256_file(file, limit=FILE_LIMITS[name], error=CheckpointError, what="checkpoint file")
+            if digest != config["files"][name]:
                 raise CheckpointError(f"{file}: checksum mismatch (corrupt or edited file)")
         try:
-            probe_set = load_probes(path / "probes.json")
+            probe_set = load_probes(files["probes.json"])
         except ProbeSetError as exc:
-            raise CheckpointError(f"{path / 'probes.json'}: {exc}") from None
+            raise CheckpointError(f"{files['probes.json']}: {exc}") from None
         if probe_set.hash != config["probe_set"]["hash"]:
-            raise CheckpointError(f"{path / 'probes.json'}: probe set {probe_set.hash[:12]} is not the one the "
+            raise CheckpointError(f"{files['probes.json']}: probe set {probe_set.hash[:12]} is not the one the "
                                   f"model was trained with ({config['probe_set']['hash'][:12]})")
         try:
-            quantizer = Quantizer.load(path / "quantizer.npz")
+            quantizer = Quantizer.load(files["quantizer.npz"])
         except QuantizerError as exc:
             raise CheckpointError(str(exc)) from None
         model_config = PQBertConfig.from_dict(config["model"])
         positions = reaction_positions(probe_set.num_probes, config.get("reaction", "log-relative"))
         if model_config.num_probes != positions or model_config.num_subspaces != quantizer.num_subspaces:
             raise CheckpointError(f"{path}: model config does not fit its probe set or quantizer")
+        check_weight_shapes(model_config, safetensors_header(data, origin=weights_file, error=CheckpointError),
+                            weights_file)
         try:
-            weights = load_file(str(path / "model.safetensors"))
+            weights = load_weights(data)
         except (SafetensorError, OSError) as exc:
-            raise CheckpointError(f"{path / 'model.safetensors'}: unreadable ({exc})") from None
+            raise CheckpointError(f"{weights_file}: unreadable ({exc})") from None
+        del data
+        for name, tensor in weights.items():
+            if not torch.isfinite(tensor).all():
+                raise CheckpointError(f"{weights_file}: tensor {name} holds NaN or infinite values")
         model = PQBert(model_config)
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        found = {k: tuple(v.shape) for k, v in weights.items()}
-        if expected != found:
-            raise CheckpointError(f"{path / 'model.safetensors'}: weights do not fit the model config "
-                                  f"(missing {sorted(set(expected) - set(found))[:3]}, "
-                                  f"unexpected {sorted(set(found) - set(expected))[:3]})")
         model.load_state_dict({k: v.to(torch.float32) for k, v in weights.items()})
     except CheckpointError:
         raise
@@ -176,3 +194,30 @@ def load_checkpoint(path: Union[str, os.PathLike]) -> Checkpoint:
         raise CheckpointError(f"{path / 'config.json'}: incomplete ({type(exc).__name__}: {exc})") from None
     model.eval()
     return Checkpoint(model, quantizer, probe_set, config, path)
+
+
+def check_weight_shapes(model_config: PQBertConfig, header: dict, file: Path) -> None:
+    """Refuse weights whose tensors (``header``: name -> (dtype, shape), see artifacts.safetensors_header) are not
+    those of a PQBert of ``model_config``, or a model of more than MAX_PARAMETERS, before anything is allocated:
+    the expected shapes come from a model built on torch's meta device (no storage), and the counts that decide
+    how many modules it has are first bounded by the number of tensors in the file."""
+    import torch
+
+    layers, subspaces = model_config.num_hidden_layers, model_config.num_subspaces
+    if layers + subspaces > len(header):
+        raise CheckpointError(f"{file}: weights do not fit the model config ({layers} layers and {subspaces} "
+                              f"sub-spaces in the config, {len(header)} tensors in the weights)")
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in PQBert(model_config).state_dict().items()}
+    check_shapes(expected, header, origin=file, error=CheckpointError)
+    parameters = sum(_count(shape) for shape in expected.values())
+    if parameters > MAX_PARAMETERS:
+        raise CheckpointError(f"{file}: a model of {parameters} parameters, more than the {MAX_PARAMETERS} this "
+                              "package loads")
+
+
+def _count(shape: tuple) -> int:
+    count = 1
+    for x in shape:
+        count *= x
+    return count

@@ -16,7 +16,13 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from behavioral_pq.artifacts import check_output_file, write_json_atomic
+from behavioral_pq.artifacts import (
+    CONFIG_LIMIT,
+    check_output_file,
+    parse_json_bounded,
+    read_json_bounded,
+    write_json_atomic,
+)
 from behavioral_pq.core._native_loader import LLVM_MAJOR
 from behavioral_pq.core.catalog import PASSES, get_pass, sequence_pipeline
 from behavioral_pq.errors import BPQError, ProbeSetError
@@ -28,6 +34,10 @@ PROVISIONAL_PROBES = "provisional-random-p100-l50-s0"  # the seeded-random set t
 #: keeps the set it was pretrained on (its checkpoint's probes.json).
 DEFAULT_PROBES = "searched-p24-l50-s0.json"
 SEARCHED_P100 = "searched-p100-l50-s0"  # the flat set the probe search found (bpq probes search)
+#: The most probes a set may hold: 40x the largest set the project made (100); every probe is run on every module.
+MAX_PROBES = 4096
+#: The most passes one probe may hold: 20x the longest the project made (50).
+MAX_PROBE_LENGTH = 1000
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ class ProbeSet:
     def __post_init__(self):
         if not self.sequences:
             raise ProbeSetError(f"probe set {self.name!r} has no sequences")
+        _check_counts(self.sequences, f"probe set {self.name!r}")
         for i, seq in enumerate(self.sequences):
             if not seq:
                 raise ProbeSetError(f"probe set {self.name!r}: probe {i} is empty")
@@ -167,6 +178,8 @@ class ProbeSet:
             raise ProbeSetError(f"{origin}: expected a JSON object")
         if data.get("format_version") != FORMAT_VERSION:
             raise ProbeSetError(f"{origin}: unsupported format_version {data.get('format_version')!r}")
+        if isinstance(data.get("sequences"), list):
+            _check_counts(data["sequences"], origin)
         try:
             sequences = tuple(tuple(s) for s in data["sequences"])
             probes = cls(name=str(data["name"]), sequences=sequences, llvm_major=int(data["llvm_major"]),
@@ -187,6 +200,16 @@ class ProbeSet:
         return probes
 
 
+def _check_counts(sequences, origin: str) -> None:
+    """Refuse more than MAX_PROBES probes or a probe of more than MAX_PROBE_LENGTH passes, before any is read."""
+    if len(sequences) > MAX_PROBES:
+        raise ProbeSetError(f"{origin}: {len(sequences)} probes, more than the {MAX_PROBES} a probe set may hold")
+    for i, seq in enumerate(sequences):
+        if isinstance(seq, (list, tuple)) and len(seq) > MAX_PROBE_LENGTH:
+            raise ProbeSetError(f"{origin}: probe {i} has {len(seq)} passes, more than the {MAX_PROBE_LENGTH} a "
+                                "probe may hold")
+
+
 def shipped_probe_sets() -> Tuple[str, ...]:
     """Names of the probe sets that ship with the package (``load_probes(name)`` loads one)."""
     folder = resources.files("behavioral_pq").joinpath("data/probes")
@@ -200,19 +223,13 @@ def load_probes(path: Union[str, os.PathLike, ProbeSet, None] = None) -> ProbeSe
         return path
     if path is None or (isinstance(path, str) and not os.path.exists(path) and path in shipped_probe_sets()):
         filename = DEFAULT_PROBES if path is None else path + ".json"
-        text = resources.files("behavioral_pq").joinpath("data/probes", filename).read_text()
-        return ProbeSet.from_dict(json.loads(text), origin=f"shipped probe set {filename}")
+        data = resources.files("behavioral_pq").joinpath("data/probes", filename).read_bytes()
+        return ProbeSet.from_dict(parse_json_bounded(data, origin=filename, what="probe set", error=ProbeSetError),
+                                  origin=f"shipped probe set {filename}")
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProbeSetError(f"cannot read probe set {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProbeSetError(f"{path}: not a probe-set file (byte {exc.start} is not UTF-8 text)") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProbeSetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not os.path.lexists(path):
+        raise ProbeSetError(f"cannot read probe set {path}: no such file")
+    data = read_json_bounded(path, limit=CONFIG_LIMIT, what="probe set", error=ProbeSetError)
     return ProbeSet.from_dict(data, origin=str(path))
 
 

@@ -25,7 +25,7 @@ from typing import Union
 
 import numpy as np
 
-from behavioral_pq.artifacts import write_bytes_atomic
+from behavioral_pq.artifacts import QUANTIZER_LIMIT, parse_json_bounded, read_bounded, write_bytes_atomic
 from behavioral_pq.errors import QuantizerError
 
 logger = logging.getLogger(__name__)
@@ -162,18 +162,19 @@ class Quantizer:
         """Read a quantizer written by :meth:`save`.
 
         Raises:
-            QuantizerError: missing file, not a quantizer, another format version, or centroids that fail their
-                checksum (a corrupt file).
+            QuantizerError: missing file, not a regular file or over QUANTIZER_LIMIT, not a quantizer, another
+                format version, centroids that fail their checksum (a corrupt file) or are not finite.
         """
         path = Path(path)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise QuantizerError(f"{path}: no such quantizer file")
-        try:
-            with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:
-                header = json.loads(bytes(data["header"]).decode())
-                centroids = np.array(data["centroids"], dtype=np.float32)
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, EOFError) as exc:
-            raise QuantizerError(f"{path}: not a readable quantizer file ({type(exc).__name__}: {exc})") from None
+        arrays = _npz_arrays(read_bounded(path, limit=QUANTIZER_LIMIT, what="quantizer file", error=QuantizerError),
+                             path)
+        header = parse_json_bounded(arrays["header"].tobytes(), origin=path, what="quantizer header",
+                                    error=QuantizerError)
+        centroids = arrays["centroids"].astype(np.float32)
+        if not isinstance(header, dict):
+            raise QuantizerError(f"{path}: not a quantizer file (its header is not a JSON object)")
         if header.get("format") != FORMAT:
             raise QuantizerError(f"{path}: not a quantizer file (format {header.get('format')!r})")
         if header.get("version") != FORMAT_VERSION:
@@ -183,6 +184,8 @@ class Quantizer:
         expected = (q.num_subspaces, q.codebook_size, q.subspace_dim)
         if centroids.shape != expected or _digest(centroids) != header.get("centroids_sha256"):
             raise QuantizerError(f"{path}: centroids do not match their checksum (corrupt file)")
+        if not np.isfinite(centroids).all():
+            raise QuantizerError(f"{path}: centroids hold NaN or infinite values (every code would embed as NaN)")
         q.centroids_, q.num_rows_fit_ = centroids, int(header["num_rows_fit"])
         return q
 
@@ -213,6 +216,39 @@ class Quantizer:
     def __repr__(self) -> str:
         state = f"fitted on {self.num_rows_fit_} rows" if self.fitted else "not fitted"
         return f"Quantizer(dim={self.dim}, num_subspaces={self.num_subspaces}, bits={self.bits}, {state})"
+
+
+def _npz_arrays(data: bytes, path: Path) -> dict:
+    """{"centroids", "header"} arrays of a quantizer's ``.npz`` bytes; each member's shape is checked against its
+    stored size before numpy allocates it (``np.load`` trusts the shape an ``.npy`` header claims)."""
+    from numpy.lib import format as npy
+
+    arrays = {}
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {info.filename: info for info in archive.infolist()}
+            if set(members) != {"centroids.npy", "header.npy"}:
+                raise ValueError(f"members {sorted(members)[:4]}, expected centroids.npy and header.npy")
+            for name, info in members.items():
+                if info.file_size > QUANTIZER_LIMIT:
+                    raise ValueError(f"{name} unpacks to {info.file_size} bytes")
+                with archive.open(info) as f:
+                    read_header = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}.get(
+                        npy.read_magic(f))
+                    if read_header is None:
+                        raise ValueError(f"{name} is not in .npy format 1.0 or 2.0")
+                    shape, fortran, dtype = read_header(f)
+                    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+                    if dtype.kind not in "biuf" or count * dtype.itemsize > info.file_size:
+                        raise ValueError(f"{name} claims {dtype} {shape} in {info.file_size} bytes")
+                    body = f.read()
+                if len(body) != count * dtype.itemsize:
+                    raise ValueError(f"{name} holds {len(body)} bytes for {dtype} {shape}")
+                array = np.frombuffer(body, dtype=dtype)
+                arrays[name[:-4]] = array.reshape(shape, order="F" if fortran else "C")
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        raise QuantizerError(f"{path}: not a readable quantizer file ({type(exc).__name__}: {exc})") from None
+    return arrays
 
 
 def _digest(array: np.ndarray) -> str:

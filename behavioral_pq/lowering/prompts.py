@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from behavioral_pq.artifacts import write_json_atomic
+from behavioral_pq.artifacts import read_json_bounded, write_json_atomic
 from behavioral_pq.lowering.llm import ChatClient, system, user
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ def load_prompt(path: Union[str, Path, None] = None) -> Prompt:
         path = versions[-1]
     if not path.is_file():
         raise FileNotFoundError(f"no such prompt file: {path}")
+    data = read_json_bounded(path, what="prompt file", error=ValueError)
     try:
-        data = json.loads(path.read_text())
         prompt = Prompt(str(data["instructions"]), tuple(str(x) for x in data.get("lessons", [])),
                         int(data["version"]), data.get("parent"))
     except (ValueError, KeyError, TypeError) as exc:

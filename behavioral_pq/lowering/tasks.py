@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from behavioral_pq.artifacts import read_json_bounded
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import opt_bitcode
@@ -156,10 +157,9 @@ def load_tasks(name_or_path: Union[str, Path] = "functions", *, names: Optional[
             path = TASK_DIR / f"{name_or_path}.json"
         if not path.is_file():
             raise FileNotFoundError(f"no such task set: {name_or_path} (known: {', '.join(TASK_SETS)} or a .json)")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}: not JSON ({exc})") from None
+        data = read_json_bounded(path, what="task set", error=TaskError)
+        if not isinstance(data, dict):
+            raise TaskError(f"{path}: not a task set (not a JSON object)")
         tasks = [_task(entry, data, path) for entry in data.get("tasks", [])]
     if names is not None:
         known = {t.name: t for t in tasks}

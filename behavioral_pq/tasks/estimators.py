@@ -27,6 +27,15 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
+from behavioral_pq.artifacts import (
+    WEIGHTS_LIMIT,
+    check_shapes,
+    confined,
+    read_bounded,
+    read_json_bounded,
+    safetensors_header,
+)
+
 LabelSets = Sequence[Sequence[int]]
 
 FORMAT = "behavioral_pq.estimator"
@@ -255,19 +264,29 @@ class _MLPEstimator:
     def load(cls, path: Union[str, os.PathLike]) -> "_MLPEstimator":
         """Read a folder written by :meth:`save` (ValueError when it is not this kind of estimator)."""
         import torch
-        from safetensors.numpy import load_file
+        from safetensors import SafetensorError
+        from safetensors.numpy import load as load_tensors
 
         path = Path(path)
+        weights = confined(path, "estimator.safetensors", ValueError)
         try:
-            meta = json.loads((path / "estimator.json").read_text())
-            tensors = load_file(str(path / "estimator.safetensors"))
-        except (OSError, ValueError) as exc:
+            meta = read_json_bounded(confined(path, "estimator.json", ValueError), what="estimator config",
+                                     error=ValueError)
+            data = read_bounded(weights, limit=WEIGHTS_LIMIT, what="estimator weights", error=ValueError)
+            header = safetensors_header(data, origin=weights, error=ValueError)
+            tensors = load_tensors(data)
+        except (OSError, ValueError, SafetensorError) as exc:
             raise ValueError(f"{path}: not a readable estimator ({exc})") from None
-        if meta.get("format") != FORMAT or meta.get("kind") != cls.kind:
-            raise ValueError(f"{path}: holds a {meta.get('kind')!r} estimator, not {cls.kind!r}")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("kind") != cls.kind:
+            kind = meta.get("kind") if isinstance(meta, dict) else None
+            raise ValueError(f"{path}: holds a {kind!r} estimator, not {cls.kind!r}")
         estimator = cls(TrainSettings(**meta["settings"]), **{k: meta[k] for k in cls._meta_keys()})
         estimator.mean_, estimator.scale_ = tensors.pop("mean"), tensors.pop("scale")
         estimator.best_epoch_ = meta.get("best_epoch")
+        with torch.device("meta"):      # shapes only: a config edited to name a huge net allocates nothing
+            expected = {f"net.{k}": tuple(v.shape) for k, v in estimator._build(meta["dim"]).state_dict().items()}
+        check_shapes(dict(expected, mean=(meta["dim"],), scale=(meta["dim"],)), header, origin=weights,
+                     error=ValueError)
         estimator.net_ = estimator._build(meta["dim"])
         try:
             estimator.net_.load_state_dict({k[4:]: torch.from_numpy(v) for k, v in tensors.items()})

@@ -29,13 +29,18 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Union
 import numpy as np
 
 from behavioral_pq.artifacts import (
+    WEIGHTS_LIMIT,
     atomic_path,
     check_encoder,
     check_files,
     check_replaceable,
+    check_shapes,
+    confined,
     encoder_identity,
     file_checksums,
+    read_bounded,
     read_sealed_config,
+    safetensors_header,
     seal,
     versions,
 )
@@ -163,12 +168,18 @@ def _tuned_encoder(path: Path, encoder):
     """``encoder`` with the tuned weights of the fine-tuned predictor at ``path`` (checksummed by check_files)."""
     import copy
 
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError
+    from safetensors.torch import load as load_weights
 
+    file = confined(path, TUNED_ENCODER_FILE, PredictorError)
+    data = read_bounded(file, limit=WEIGHTS_LIMIT, what="tuned weights", error=PredictorError)
+    expected = {k: tuple(v.shape) for k, v in encoder.model.state_dict().items()}
+    check_shapes(expected, safetensors_header(data, origin=file, error=PredictorError), origin=file,
+                 error=PredictorError)
     model = copy.deepcopy(encoder.model)
     try:
-        model.load_state_dict(load_file(str(path / TUNED_ENCODER_FILE)))
-    except (OSError, RuntimeError, ValueError) as exc:
+        model.load_state_dict(load_weights(data))
+    except (SafetensorError, RuntimeError, ValueError) as exc:
         raise PredictorError(f"{path / TUNED_ENCODER_FILE}: tuned weights do not fit the encoder ({exc})") from None
     return encoder.with_model(model)
 

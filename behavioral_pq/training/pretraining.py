@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from behavioral_pq.artifacts import atomic_path, write_json_atomic
+from behavioral_pq.artifacts import atomic_path, read_json_bounded, write_json_atomic
 from behavioral_pq.config import ConfigError, from_dict, load_toml
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.checkpoint import save_encoder
@@ -212,7 +212,7 @@ def prepare(store: Union[str, os.PathLike], out: Union[str, os.PathLike], config
     out = Path(out)
     done = out / "prepare.json"
     if done.is_file():
-        return json.loads(done.read_text())
+        return read_json_bounded(done, what="run summary", error=PretrainError)
     t = config.training
     corpus = Corpus(store)
     probe_set = load_probes(probes)
@@ -484,7 +484,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
     if t.batch_size % dist_info.world:
         raise PretrainError(f"batch_size {t.batch_size} is not divisible by the {dist_info.world} processes")
     local_batch = t.batch_size // dist_info.world
-    prepared = json.loads((run / "prepare.json").read_text())
+    prepared = read_json_bounded(run / "prepare.json", what="run summary", error=PretrainError)
     quantizer = Quantizer.load(run / "quantizer.npz")
     probe_set = load_probes(run / "probes.json")
     model_config = config.model_config(reaction_positions(probe_set.num_probes, t.reaction))
@@ -663,7 +663,7 @@ def pretrain(store: Union[str, os.PathLike], out: Union[str, os.PathLike], confi
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.json"
     if dist_info.main:
-        if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
+        if saved.is_file() and read_json_bounded(saved, what="run config", error=PretrainError) != config.to_dict():
             raise PretrainError(f"{out} holds a run with another configuration ({saved}); use another --out")
         write_json_atomic(saved, config.to_dict(), indent=2)
         prepare(store, out, config, probes, modules_like)

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from behavioral_pq.artifacts import (
+    LISTING_LIMIT,
     atomic_path,
     check_encoder,
     check_files,
@@ -311,7 +312,7 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
 
     path = Path(shipped(DEFAULT_NAME) if path is None else path)
     config = read_sealed_config(path / "library.json", format=FORMAT, version=FORMAT_VERSION,
-                                error=LibraryError, what="a program library")
+                                error=LibraryError, what="a program library", limit=LISTING_LIMIT)
     check_files(path, config, LibraryError)
     encoder = encoder or load_encoder()
     wanted = config.get("encoder", {})
