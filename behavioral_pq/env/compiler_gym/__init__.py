@@ -1,0 +1,70 @@
+"""CompilerGym 0.2.5's API on LLVM 19, for code written for CompilerGym: change the import and keep the rest::
+
+    import behavioral_pq.env.compiler_gym as compiler_gym      # was: import compiler_gym
+
+    env = compiler_gym.make("llvm-autophase-ic-v0", benchmark="benchmark://examples-v0/matmul")
+    observation = env.reset()                                   # Autophase, (56,) int64
+    observation, reward, done, info = env.step(env.action_space["-mem2reg"])
+    env.observation_space = "InstCount"                         # setters reach the environment
+    env.reward["IrInstructionCount"], env.state, env.fork(), env.validate()
+
+Everything of CompilerGym's ``LlvmEnv`` for pass ordering is here: the env ids it registers (``llvm-v0``,
+``llvm-ic-v0``, ``llvm-codesize-v0``, ``llvm-autophase-ic-v0``, ...; also ``gymnasium.make("llvm-v0")``), the
+``PassesAll`` action space (names are the flags), the observation and reward spaces and their views, state,
+``fork`` / ``apply`` / ``validate``, :mod:`.wrappers` and :mod:`.datasets` (local folders and corpus stores as
+datasets; nothing is downloaded). Not here: ProGraML and inst2vec observations (no maintained package serves
+LLVM 19: asking for them raises UnsupportedSpaceError), its gRPC service and dataset downloads.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import gymnasium
+
+from behavioral_pq.env.compiler_gym import datasets, spaces, wrappers
+from behavioral_pq.env.compiler_gym.datasets import Benchmark, Dataset, Datasets, register_dataset
+from behavioral_pq.env.compiler_gym.env import (
+    CompilerEnv,
+    CompilerEnvState,
+    CompilerEnvStateReader,
+    CompilerEnvStateWriter,
+    LlvmEnv,
+    ValidationResult,
+)
+from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
+
+#: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces.
+LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
+_OBSERVATIONS = {"autophase": "Autophase", "ir": "Ir"}
+_REWARDS = {"ic": "IrInstructionCountOz", "codesize": "ObjectTextSizeOz"}
+for _reward, _reward_space in _REWARDS.items():
+    LLVM_ENVS[f"llvm-{_reward}-v0"] = {"reward_space": _reward_space}
+for _observation, _observation_space in _OBSERVATIONS.items():
+    for _reward, _reward_space in _REWARDS.items():
+        LLVM_ENVS[f"llvm-{_observation}-{_reward}-v0"] = {"observation_space": _observation_space,
+                                                          "reward_space": _reward_space}
+
+COMPILER_GYM_ENVS = list(LLVM_ENVS)
+
+for _id, _kwargs in LLVM_ENVS.items():
+    if _id not in gymnasium.registry:
+        gymnasium.register(id=_id, entry_point="behavioral_pq.env.compiler_gym.env:LlvmEnv", kwargs=_kwargs,
+                           order_enforce=False, disable_env_checker=True)
+
+
+def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
+    """``compiler_gym.make("llvm-ic-v0", benchmark=..., observation_space=..., reward_space=...)``: the
+    environment itself, unwrapped (keyword arguments override the id's default spaces)."""
+    if env_id not in LLVM_ENVS:
+        raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
+    return LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
+
+
+#: The name this shim had before it became CompilerGym's whole API.
+CompilerGymEnv = LlvmEnv
+
+__all__ = ["Benchmark", "COMPILER_GYM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader",
+           "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS", "LlvmEnv",
+           "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets", "make",
+           "register_dataset", "spaces", "wrappers"]
