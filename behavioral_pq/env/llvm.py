@@ -45,11 +45,12 @@ BenchmarkLike = Union[str, os.PathLike, bytes, Module]
 
 
 class ActionSpace(spaces.Discrete):
-    """The 124 catalog passes as CompilerGym's ``llvm-v0`` action space: ``names`` and ``flags`` in its order."""
+    """The 124 catalog passes as CompilerGym's ``llvm-v0`` action space: ``names`` and ``flags`` in its order (a
+    name is the flag, ``"-mem2reg"``, as in CompilerGym)."""
 
     def __init__(self, seed: Optional[int] = None):
         super().__init__(len(PASSES), seed=seed)
-        self.names: List[str] = [p.flag.lstrip("-") for p in PASSES]
+        self.names: List[str] = [p.flag for p in PASSES]
         self.flags: List[str] = [p.flag for p in PASSES]
 
     def to_string(self, actions: Sequence[int]) -> str:

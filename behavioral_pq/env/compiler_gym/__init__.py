@@ -22,7 +22,7 @@ from typing import Dict
 
 import gymnasium
 
-from behavioral_pq.env.compiler_gym import datasets, spaces, wrappers
+from behavioral_pq.env.compiler_gym import datasets, gym, spaces, wrappers
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, Dataset, Datasets, register_dataset
 from behavioral_pq.env.compiler_gym.env import (
     CompilerEnv,
@@ -66,5 +66,5 @@ CompilerGymEnv = LlvmEnv
 
 __all__ = ["Benchmark", "COMPILER_GYM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader",
            "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS", "LlvmEnv",
-           "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets", "make",
+           "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets", "gym", "make",
            "register_dataset", "spaces", "wrappers"]
