@@ -18,32 +18,21 @@ LLVM 19: asking for them raises UnsupportedSpaceError), its gRPC service and dat
 
 from __future__ import annotations
 
-from typing import Dict
-
 import gymnasium
 
 from behavioral_pq.env.compiler_gym import datasets, gym, spaces, wrappers
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, Dataset, Datasets, register_dataset
 from behavioral_pq.env.compiler_gym.env import (
+    LLVM_ENVS,
     CompilerEnv,
     CompilerEnvState,
     CompilerEnvStateReader,
     CompilerEnvStateWriter,
     LlvmEnv,
     ValidationResult,
+    make,
 )
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
-
-#: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces.
-LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
-_OBSERVATIONS = {"autophase": "Autophase", "ir": "Ir"}
-_REWARDS = {"ic": "IrInstructionCountOz", "codesize": "ObjectTextSizeOz"}
-for _reward, _reward_space in _REWARDS.items():
-    LLVM_ENVS[f"llvm-{_reward}-v0"] = {"reward_space": _reward_space}
-for _observation, _observation_space in _OBSERVATIONS.items():
-    for _reward, _reward_space in _REWARDS.items():
-        LLVM_ENVS[f"llvm-{_observation}-{_reward}-v0"] = {"observation_space": _observation_space,
-                                                          "reward_space": _reward_space}
 
 COMPILER_GYM_ENVS = list(LLVM_ENVS)
 
@@ -51,14 +40,6 @@ for _id, _kwargs in LLVM_ENVS.items():
     if _id not in gymnasium.registry:
         gymnasium.register(id=_id, entry_point="behavioral_pq.env.compiler_gym.env:LlvmEnv", kwargs=_kwargs,
                            order_enforce=False, disable_env_checker=True)
-
-
-def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
-    """``compiler_gym.make("llvm-ic-v0", benchmark=..., observation_space=..., reward_space=...)``: the
-    environment itself, unwrapped (keyword arguments override the id's default spaces)."""
-    if env_id not in LLVM_ENVS:
-        raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
-    return LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
 
 
 #: The name this shim had before it became CompilerGym's whole API.

@@ -20,6 +20,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Union
 import numpy as np
 
 from behavioral_pq.core.module import Module
+from behavioral_pq.corpus.reader import Corpus
+from behavioral_pq.corpus.store import MANIFEST
+from behavioral_pq.env.llvm import load_benchmark
 from behavioral_pq.errors import UnknownBenchmarkError
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".bc", ".ll")
@@ -48,8 +51,6 @@ class Benchmark:
     def load(self, engine) -> Module:
         """The benchmark's module (compiled or parsed on the first call)."""
         if self._module is None:
-            from behavioral_pq.env.llvm import load_benchmark
-
             _, self._module = load_benchmark(self.source, engine)
         return self._module
 
@@ -180,8 +181,6 @@ class StoreDataset(Dataset):
     """The modules of a corpus store: ``benchmark://NAME-vN/SHA256``, optionally one split's."""
 
     def __init__(self, name: str, store: os.PathLike, split: Optional[str] = None, description: str = ""):
-        from behavioral_pq.corpus.reader import Corpus
-
         super().__init__(name, description or f"the modules of the corpus store {store}")
         self.store = Path(store).resolve()
         corpus = Corpus(self.store)
@@ -226,8 +225,6 @@ class GeneratorDataset(Dataset):
 def dataset_from_path(name: str, path: os.PathLike, split: Optional[str] = None) -> Dataset:
     """A :class:`StoreDataset` when ``path`` is a corpus store, else a :class:`FilesDataset`. ``name``:
     ``NAME-vN`` (the ``benchmark://`` prefix is optional)."""
-    from behavioral_pq.corpus.store import MANIFEST
-
     bare = name.split("://", 1)[-1]
     if not _NAME.fullmatch(bare):
         raise ValueError(f"dataset name {name!r}: expected NAME-vN, e.g. 'mine-v0'")

@@ -9,7 +9,6 @@ import csv
 import dataclasses
 import math
 import shlex
-import shutil
 import time
 import warnings
 from collections.abc import Iterable as IterableType
@@ -20,9 +19,10 @@ from typing import Any, Dict, Iterable, List, Optional, TextIO, Union
 import gymnasium
 import numpy as np
 
+from behavioral_pq._version import __version__
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.module import Module, load_module
-from behavioral_pq.core.toolchain import link_bitcode
+from behavioral_pq.core.toolchain import link_bitcode, llvm_tool_version
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default_datasets
 from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
@@ -313,14 +313,10 @@ class LlvmEnv(CompilerEnv):
 
     @property
     def version(self) -> str:
-        from behavioral_pq import __version__
-
         return __version__
 
     @property
     def compiler_version(self) -> str:
-        from behavioral_pq.core.toolchain import llvm_tool_version
-
         return llvm_tool_version("opt")
 
     @property
@@ -651,5 +647,23 @@ class LlvmEnv(CompilerEnv):
         return self._cache[key]
 
 
-__all__ = ["CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter", "LlvmEnv",
-           "ValidationResult", "action_space"]
+#: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces:
+#: ``llvm-v0``, ``llvm-{ic,codesize}-v0``, ``llvm-{autophase,ir}-{ic,codesize}-v0``.
+LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
+for _reward, _reward_space in {"ic": "IrInstructionCountOz", "codesize": "ObjectTextSizeOz"}.items():
+    LLVM_ENVS[f"llvm-{_reward}-v0"] = {"reward_space": _reward_space}
+    for _observation, _observation_space in {"autophase": "Autophase", "ir": "Ir"}.items():
+        LLVM_ENVS[f"llvm-{_observation}-{_reward}-v0"] = {"observation_space": _observation_space,
+                                                          "reward_space": _reward_space}
+
+
+def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
+    """``compiler_gym.make("llvm-ic-v0", benchmark=..., observation_space=..., reward_space=...)``: the
+    environment itself, unwrapped (keyword arguments override the id's default spaces)."""
+    if env_id not in LLVM_ENVS:
+        raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
+    return LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
+
+
+__all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
+           "LlvmEnv", "ValidationResult", "action_space", "make"]

@@ -9,14 +9,8 @@ from __future__ import annotations
 
 from gymnasium import Env, spaces
 
+from behavioral_pq.env.compiler_gym.env import make
 from behavioral_pq.env.compiler_gym.wrappers import CompilerEnvWrapper
-
-
-def make(env_id: str, **kwargs):
-    """``gym.make("llvm-ic-v0", benchmark=...)``: the environment (see :func:`behavioral_pq.env.compiler_gym.make`)."""
-    from behavioral_pq.env.compiler_gym import make as make_env
-
-    return make_env(env_id, **kwargs)
 
 
 class Wrapper(CompilerEnvWrapper):

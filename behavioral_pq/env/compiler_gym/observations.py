@@ -23,6 +23,7 @@ from behavioral_pq.core.toolchain import assemble, llc_assembly, needs_cxx_runti
 from behavioral_pq.env.compiler_gym.lexed_ir import lex_ir, lexed_tokens
 from behavioral_pq.env.compiler_gym.spaces import Box, Dict as DictSpace, Scalar, Sequence
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec
+from behavioral_pq.env.llvm import _runtime as run_program
 from behavioral_pq.errors import ToolError, UnsupportedSpaceError
 
 INT64_MAX = int(np.iinfo(np.int64).max)
@@ -89,8 +90,6 @@ def _buildtime(env, module: Module) -> Optional[np.ndarray]:
 
 
 def _runtime(env, module: Module) -> Optional[np.ndarray]:
-    from behavioral_pq.env.llvm import _runtime as run_program
-
     if not _buildable(env, module):
         return None
     return run_program(module, runs=env.runtime_observation_count, warmup=env.runtime_warmup_runs_count)

@@ -188,7 +188,8 @@ class Sequence(spaces.Space):
     def __repr__(self) -> str:
         high = "inf" if self.size_range[1] is None else self.size_range[1]
         fmt = f" -> {self.opaque_data_format}" if self.opaque_data_format else ""
-        return f"{getattr(self.sequence_dtype, '__name__', self.sequence_dtype)}_list<>[{self.size_range[0]},{high}]){fmt}"
+        name = getattr(self.sequence_dtype, "__name__", self.sequence_dtype)
+        return f"{name}_list<>[{self.size_range[0]},{high}]){fmt}"
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, Sequence) and self.name == other.name and self.size_range == other.size_range
