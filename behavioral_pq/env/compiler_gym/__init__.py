@@ -31,6 +31,7 @@ from behavioral_pq.env.compiler_gym.env import (
     LlvmEnv,
     ValidationResult,
     make,
+    make_benchmark,
 )
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
 
@@ -48,4 +49,4 @@ CompilerGymEnv = LlvmEnv
 __all__ = ["Benchmark", "COMPILER_GYM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader",
            "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS", "LlvmEnv",
            "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets", "gym", "make",
-           "register_dataset", "spaces", "wrappers"]
+           "make_benchmark", "register_dataset", "spaces", "wrappers"]

@@ -149,6 +149,14 @@ class Dataset:
     def __repr__(self) -> str:
         return self.name
 
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            return self.name == canonical_uri(other)
+        return isinstance(other, Dataset) and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
 
 class FilesDataset(Dataset):
     """The C/C++/IR files of a folder (recursively): ``benchmark://NAME-vN/REL/PATH`` without the suffix."""
@@ -318,9 +326,9 @@ class Datasets:
                 return Benchmark(canonical, canonical)
             if canonical.startswith("file://"):
                 return _file_benchmark(canonical[len("file://"):], text)
-            raise UnknownBenchmarkError(f"unknown benchmark {text!r}: no dataset {canonical.rsplit('/', 1)[0]!r} "
-                                        f"(known: {', '.join(self._datasets)}); register a folder or a corpus "
-                                        "store with env.datasets.register(NAME, PATH)")
+            raise UnknownBenchmarkError(f"Dataset not found: {canonical.rsplit('/', 1)[0]} (unknown benchmark "
+                                        f"{text!r}; known datasets: {', '.join(self._datasets)}; register a folder "
+                                        "or a corpus store with env.datasets.register(NAME, PATH))")
         return _file_benchmark(text, text)
 
     def random_benchmark(self, random_state: Optional[np.random.Generator] = None,
@@ -342,7 +350,8 @@ class Datasets:
 
 def _file_benchmark(path: str, text: str) -> Benchmark:
     if not Path(path).is_file():
-        raise UnknownBenchmarkError(f"unknown benchmark {text!r}: not a dataset URI and no such file")
+        raise UnknownBenchmarkError(f"Dataset not found: {canonical_uri(text).rsplit('/', 1)[0]} (unknown benchmark "
+                                    f"{text!r}: not a dataset URI and no such file)")
     return Benchmark(f"file://{Path(path).resolve()}", Path(path))
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 import shlex
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterable as IterableType
 from copy import deepcopy
 from pathlib import Path
@@ -52,7 +54,9 @@ class CompilerEnvState:
 
     def __post_init__(self):
         self.benchmark = str(self.benchmark)
-        if self.walltime is not None and self.walltime < 0:
+        self.walltime = float(self.walltime)
+        self.reward = None if self.reward is None else float(self.reward)
+        if self.walltime < 0:
             raise ValueError("walltime cannot be negative")
 
     @property
@@ -150,14 +154,29 @@ class ValidationResult:
     errors: List[ValidationError] = dataclasses.field(default_factory=list)
 
     def okay(self) -> bool:
-        return not self.errors
-
-    def __bool__(self) -> bool:
-        return self.okay()
+        return not (self.actions_replay_failed or self.reward_validation_failed
+                    or self.benchmark_semantics_validation_failed)
 
     @property
     def error_details(self) -> str:
-        return "\n".join(e.type for e in self.errors)
+        """The errors' types, the most frequent first (``"3× Expected reward ..."``)."""
+        counts = Counter(e.type for e in self.errors)
+        if len(counts) == 1:
+            (message, count), = counts.items()
+            return message if count == 1 else f"{count}× {message}"
+        ranked = sorted(counts.items(), key=lambda item: -item[1])
+        return ", ".join(f"[{j}/{len(ranked)}] " + (f"{n}× {m}" if n > 1 else m)
+                         for j, (m, n) in enumerate(ranked, start=1))
+
+    def __repr__(self) -> str:
+        benchmark = re.sub(r"^benchmark://", "", str(self.state.benchmark))
+        if not self.okay():
+            return f"❌  {benchmark}  {', '.join(self.error_details.strip().splitlines())[:50]}"
+        if self.state.reward is None:
+            return f"✅  {benchmark}"
+        return f"✅  {benchmark}  {self.state.reward:.4f}"
+
+    __str__ = __repr__
 
 
 def action_space() -> Commandline:
@@ -178,7 +197,7 @@ class LlvmEnv(CompilerEnv):
         engine, encoder: as :class:`behavioral_pq.env.llvm.LlvmEnv`.
     """
 
-    metadata = {"render_modes": ["human", "ansi"]}
+    metadata = {"render_modes": ["human", "ansi"], "render.modes": ["human", "ansi"]}   # gymnasium's, gym's key
 
     def __init__(self, benchmark: Optional[Union[str, Benchmark]] = None, observation_space=None,
                  reward_space=None, action_space: Optional[str] = None, *, datasets=None, engine=None,
@@ -528,6 +547,9 @@ class LlvmEnv(CompilerEnv):
                 result.errors.append(ValidationError("Action replay failed",
                                                      {"exception": str(exc), "exception_type": type(exc).__name__}))
             else:
+                if state.reward is not None and self.reward_space is None:
+                    warnings.warn("Validating state with reward, but environment has no reward space set",
+                                  stacklevel=2)
                 if state.reward is not None and self.reward_space is not None and self.reward_space.deterministic:
                     result.reward_validated = True
                     if not math.isclose(state.reward, target.episode_reward, rel_tol=1e-5, abs_tol=1e-10):
@@ -570,19 +592,9 @@ class LlvmEnv(CompilerEnv):
 
     def make_benchmark(self, inputs, copt: Optional[List[str]] = None, system_includes: bool = True,
                        timeout: int = 600) -> Benchmark:
-        """A benchmark from one or more C/C++ sources, ``.ll`` or ``.bc`` files (compiled with ``copt``, then
-        linked into one module): ``benchmark://user-v0/SHA``."""
-        inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-        if not inputs:
-            raise ValueError("no inputs")
-        for path in inputs:
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"file not found: {path}")
-        modules = [load_module(Path(p), flags=list(copt or []), engine=self._core.engine) for p in inputs]
-        module = modules[0] if len(modules) == 1 else load_module(
-            link_bitcode([m.bitcode for m in modules], timeout=timeout), name=Path(inputs[0]).stem,
-            engine=self._core.engine)
-        return Benchmark(f"benchmark://user-v0/{module.sha256[:16]}", module)
+        """See :func:`make_benchmark`."""
+        return make_benchmark(inputs, copt=copt, system_includes=system_includes, timeout=timeout,
+                              engine=self._core.engine)
 
     def make_benchmark_from_command_line(self, cmd: Union[str, List[str]], replace_driver: bool = True,
                                          system_includes: bool = True, timeout: int = 600) -> Benchmark:
@@ -647,6 +659,29 @@ class LlvmEnv(CompilerEnv):
         return self._cache[key]
 
 
+#: clang 16 made three C89 idioms errors that CompilerGym's clang 10 only warned about (implicit function
+#: declarations, implicit int, int/pointer conversions); its benchmarks and users' programs rely on them.
+LEGACY_C_FLAGS = ("-Wno-error=implicit-function-declaration", "-Wno-error=implicit-int", "-Wno-error=int-conversion")
+
+
+def make_benchmark(inputs, copt: Optional[List[str]] = None, system_includes: bool = True, timeout: int = 600,
+                   engine=None) -> Benchmark:
+    """A benchmark from one or more C/C++ sources, ``.ll`` or ``.bc`` files (compiled with ``copt``, then linked
+    into one module): ``benchmark://user-v0/SHA``. FileNotFoundError for a missing input, CompileError /
+    InvalidIRError for one that does not compile or parse."""
+    inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    if not inputs:
+        raise ValueError("no inputs")
+    for path in inputs:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"file not found: {path}")
+    flags = [*LEGACY_C_FLAGS, *(copt or [])]
+    modules = [load_module(Path(p), flags=flags, engine=engine) for p in inputs]
+    module = modules[0] if len(modules) == 1 else load_module(
+        link_bitcode([m.bitcode for m in modules], timeout=timeout), name=Path(inputs[0]).stem, engine=engine)
+    return Benchmark(f"benchmark://user-v0/{module.sha256[:16]}", module)
+
+
 #: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces:
 #: ``llvm-v0``, ``llvm-{ic,codesize}-v0``, ``llvm-{autophase,ir}-{ic,codesize}-v0``.
 LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
@@ -662,8 +697,11 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
     environment itself, unwrapped (keyword arguments override the id's default spaces)."""
     if env_id not in LLVM_ENVS:
         raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
-    return LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
+    env = LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
+    if env_id in gymnasium.registry:
+        env.spec = gymnasium.spec(env_id)
+    return env
 
 
 __all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
-           "LlvmEnv", "ValidationResult", "action_space", "make"]
+           "LlvmEnv", "ValidationResult", "action_space", "make", "make_benchmark"]

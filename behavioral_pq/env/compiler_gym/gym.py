@@ -7,7 +7,7 @@ gymnasium's wrappers expect 5-tuples; a script changes ``import gym`` to
 
 from __future__ import annotations
 
-from gymnasium import Env, spaces
+from gymnasium import Env, Space, spaces
 
 from behavioral_pq.env.compiler_gym.env import make
 from behavioral_pq.env.compiler_gym.wrappers import CompilerEnvWrapper
@@ -84,4 +84,4 @@ class ActionWrapper(Wrapper):
         raise NotImplementedError
 
 
-__all__ = ["ActionWrapper", "Env", "ObservationWrapper", "RewardWrapper", "Wrapper", "make", "spaces"]
+__all__ = ["ActionWrapper", "Env", "ObservationWrapper", "RewardWrapper", "Space", "Wrapper", "make", "spaces"]
