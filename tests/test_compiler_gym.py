@@ -57,7 +57,7 @@ def test_attribute_setters_reach_the_environment(env):
     assert env.runtime_observation_count == 3
     with pytest.raises(ValueError, match="must be >= 1"):
         env.runtime_observation_count = 0
-    with pytest.raises(LookupError, match="unknown reward space"):
+    with pytest.raises(LookupError, match="Reward space not found: IrInstructionCountOs"):
         env.reward_space = "IrInstructionCountOs"
 
 
@@ -113,6 +113,9 @@ def test_views_state_and_replay(env, tmp_path):
                                              walltime=state.walltime, reward=state.reward + 1)
     result = env.validate(tampered)
     assert not result.okay() and result.reward_validation_failed and "Expected reward" in result.error_details
+    assert str(result).startswith("❌  examples-v0/matmul  Expected reward")
+    assert env.actions == []        # validate(state) resets the environment to the state's benchmark, as CompilerGym
+    assert str(env.validate()) == "✅  examples-v0/matmul  0.0000"
 
 
 def test_step_multistep_and_lists_of_spaces(env):
@@ -176,8 +179,10 @@ def test_derived_observation_spaces(env):
         assert isinstance(caught.value, KeyError)
         with pytest.raises(UnsupportedSpaceError, match="LLVM 19"):
             env.observation_space = name
-    with pytest.raises(KeyError, match="Autophse"):
+    with pytest.raises(KeyError, match="Observation space not found: Autophse"):
         env.observation["Autophse"]
+    env.observation.add_derived_space(id="IrLines", base_id="Ir", translate=lambda ir: ir.count("\n"))
+    assert env.observation.IrLines() == env.ir.count("\n") > 0
 
 
 def test_copies_forks_and_episodes_before_reset():
@@ -297,6 +302,8 @@ def test_datasets_over_a_folder_and_a_store(tmp_path):
     assert sorted(env.datasets["mine-v0"].benchmark_uris()) == ["benchmark://mine-v0/loop",
                                                                 "benchmark://mine-v0/sub/twice"]
     env.reset(benchmark="mine-v0/sub/twice")                    # scheme optional, as in CompilerGym
+    # a reset by URI reuses the module loaded by the last one (the program is compiled once)
+    assert env.datasets.benchmark("benchmark://mine-v0/sub/twice") is env.benchmark
     assert env.benchmark == "benchmark://mine-v0/sub/twice" and env.observation["IrInstructionCount"] > 0
     drawn = [str(mine.random_benchmark(np.random.default_rng(seed))) for seed in range(6)]
     assert set(drawn) <= set(mine.benchmark_uris()) and drawn == [

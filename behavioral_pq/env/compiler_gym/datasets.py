@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections import OrderedDict
 from importlib import resources
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Union
@@ -23,9 +24,11 @@ from behavioral_pq.core.module import Module
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.store import MANIFEST
 from behavioral_pq.env.llvm import load_benchmark
-from behavioral_pq.errors import UnknownBenchmarkError
+from behavioral_pq.errors import InvalidIRError, UnknownBenchmarkError
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".bc", ".ll")
+#: Benchmarks per dataset whose loaded module is kept for the next reset by URI.
+CACHED_BENCHMARKS = 64
 _NAME = re.compile(r"[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*-v\d+")
 
 
@@ -51,7 +54,10 @@ class Benchmark:
     def load(self, engine) -> Module:
         """The benchmark's module (compiled or parsed on the first call)."""
         if self._module is None:
-            _, self._module = load_benchmark(self.source, engine)
+            try:
+                _, self._module = load_benchmark(self.source, engine)
+            except InvalidIRError as exc:
+                raise InvalidIRError(f'Failed to parse LLVM bitcode: "{self.uri}": {exc}') from None
         return self._module
 
     def is_validatable(self) -> bool:
@@ -99,6 +105,16 @@ class Dataset:
         self.license = license
         self.deprecated = deprecated
         self.installed = True
+        self._recent: "OrderedDict[str, Benchmark]" = OrderedDict()
+
+    def _keep(self, benchmark: Benchmark) -> Benchmark:
+        """The benchmark already made for this URI when it is among the last CACHED_BENCHMARKS (so a reset by URI
+        reuses the loaded module), else ``benchmark``."""
+        kept = self._recent.pop(benchmark.uri, benchmark)
+        self._recent[benchmark.uri] = kept
+        while len(self._recent) > CACHED_BENCHMARKS:
+            self._recent.popitem(last=False)
+        return kept
 
     @property
     def protocol(self) -> str:
@@ -182,7 +198,7 @@ class FilesDataset(Dataset):
         rel = next(iter(self._files)) if uri is None else self._path_of(uri)
         if rel not in self._files:
             raise UnknownBenchmarkError(f"{self.name}/{rel}: no such benchmark in {self.folder}")
-        return Benchmark(f"{self.name}/{rel}", self._files[rel])
+        return self._keep(Benchmark(f"{self.name}/{rel}", self._files[rel]))
 
 
 class StoreDataset(Dataset):
@@ -205,7 +221,7 @@ class StoreDataset(Dataset):
         sha = self._shas[0] if uri is None else self._path_of(uri)
         if sha not in self._shas:
             raise UnknownBenchmarkError(f"{self.name}/{sha}: no such module in {self.store}")
-        return Benchmark(f"{self.name}/{sha}", f"benchmark://{self.store}/{sha}")
+        return self._keep(Benchmark(f"{self.name}/{sha}", f"benchmark://{self.store}/{sha}"))
 
 
 class GeneratorDataset(Dataset):
@@ -223,7 +239,7 @@ class GeneratorDataset(Dataset):
         seed = "0" if uri is None else self._path_of(uri)
         if not seed.isdigit():
             raise UnknownBenchmarkError(f"{self.name}/{seed}: the path of a generated benchmark is a seed")
-        return Benchmark(f"{self.name}/{int(seed)}", f"{self.name}/{int(seed)}")
+        return self._keep(Benchmark(f"{self.name}/{int(seed)}", f"{self.name}/{int(seed)}"))
 
     def random_benchmark(self, random_state: Optional[np.random.Generator] = None) -> Benchmark:
         rng = random_state if random_state is not None else np.random.default_rng()

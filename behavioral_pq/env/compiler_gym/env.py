@@ -9,6 +9,7 @@ import csv
 import dataclasses
 import math
 import re
+import secrets
 import shlex
 import time
 import warnings
@@ -25,7 +26,7 @@ from behavioral_pq._version import __version__
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.toolchain import link_bitcode, llvm_tool_version
-from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default_datasets
+from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark, Datasets, default_datasets
 from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
@@ -282,7 +283,7 @@ class LlvmEnv(CompilerEnv):
             self._reward_space_spec, self._reward_range = None, (-np.inf, np.inf)
             return
         if name not in self.reward.spaces:
-            raise UnknownSpaceError(f"unknown reward space {name!r}; known: {', '.join(self.reward.spaces)}")
+            raise UnknownSpaceError(f"Reward space not found: {name} (known: {', '.join(self.reward.spaces)})")
         if self._reward_space_spec is not None and name == self._reward_space_spec.name:
             return
         self._reward_space_spec = self.reward.spaces[name]
@@ -601,12 +602,12 @@ class LlvmEnv(CompilerEnv):
         """A benchmark from a compiler command line (``gcc -DNDEBUG a.c b.c -o foo -lm``): its sources compiled
         with its preprocessor and language flags, linked into one module."""
         if not cmd:
-            raise ValueError("input command line is empty")
+            raise ValueError("Input command line is empty")
         argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
         if len(argv) < 2:
-            raise ValueError(f"input command line {shlex.join(argv)!r} is too short")
+            raise ValueError(f"Input command line {shlex.join(argv)!r} is too short")
         if "-" in argv[1:]:
-            raise ValueError(f"input command line reads from stdin, which is not supported: {shlex.join(argv)!r}")
+            raise ValueError(f"Input command line reads from stdin, which is not supported: {shlex.join(argv)!r}")
         sources, flags, skip = [], [], False
         for i, arg in enumerate(argv[1:], start=1):
             if skip:
@@ -622,7 +623,7 @@ class LlvmEnv(CompilerEnv):
             elif arg.startswith(("-D", "-I", "-U", "-std=", "-f", "-m", "-W", "-w", "-isystem")):
                 flags.append(arg)
         if not sources:
-            raise ValueError(f"input command line has no source file inputs: {shlex.join(argv)!r}")
+            raise ValueError(f"Input command line has no source file inputs: {shlex.join(argv)!r}")
         return self.make_benchmark(sources, copt=flags, timeout=timeout)
 
     # -- internals -----------------------------------------------------------------------------------------------
@@ -633,15 +634,15 @@ class LlvmEnv(CompilerEnv):
         if space in UNSUPPORTED:
             refuse(space)
         if space not in self.observation.spaces:
-            raise UnknownSpaceError(f"unknown observation space {space!r}; known: "
-                                    f"{', '.join(self.observation.spaces)}")
+            raise UnknownSpaceError(f"Observation space not found: {space} (known: "
+                                    f"{', '.join(self.observation.spaces)})")
         return self.observation.spaces[space]
 
     def _reward_spec(self, space: Union[str, Reward]) -> Reward:
         if isinstance(space, Reward):
             return space
         if space not in self.reward.spaces:
-            raise UnknownSpaceError(f"unknown reward space {space!r}; known: {', '.join(self.reward.spaces)}")
+            raise UnknownSpaceError(f"Reward space not found: {space} (known: {', '.join(self.reward.spaces)})")
         return self.reward.spaces[space]
 
     def _require_episode(self) -> None:
@@ -650,6 +651,8 @@ class LlvmEnv(CompilerEnv):
 
     def _observe(self, spec: ObservationSpaceSpec):
         self._require_episode()
+        if spec.base_id is not None:                 # a derived space (ObservationView.add_derived_space)
+            return spec.translate(self._observe(self.observation.spaces[spec.base_id]))
         return COMPUTE[spec.id](self, self._core._module, self._core._initial)
 
     def _cached(self, name: str, module: Module, compute):
@@ -667,7 +670,8 @@ LEGACY_C_FLAGS = ("-Wno-error=implicit-function-declaration", "-Wno-error=implic
 def make_benchmark(inputs, copt: Optional[List[str]] = None, system_includes: bool = True, timeout: int = 600,
                    engine=None) -> Benchmark:
     """A benchmark from one or more C/C++ sources, ``.ll`` or ``.bc`` files (compiled with ``copt``, then linked
-    into one module): ``benchmark://user-v0/SHA``. FileNotFoundError for a missing input, CompileError /
+    into one module): ``benchmark://file-v0/PATH`` for one IR file, else ``benchmark://user-v0/TIME-RANDOM-SHA``
+    (two benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing input, CompileError /
     InvalidIRError for one that does not compile or parse."""
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     if not inputs:
@@ -675,11 +679,16 @@ def make_benchmark(inputs, copt: Optional[List[str]] = None, system_includes: bo
     for path in inputs:
         if not Path(path).is_file():
             raise FileNotFoundError(f"file not found: {path}")
+        if Path(path).suffix not in SOURCE_SUFFIXES:
+            raise ValueError(f"Unrecognized file type: {path} (expected one of {', '.join(SOURCE_SUFFIXES)})")
     flags = [*LEGACY_C_FLAGS, *(copt or [])]
     modules = [load_module(Path(p), flags=flags, engine=engine) for p in inputs]
+    if len(modules) == 1 and Path(inputs[0]).suffix in (".bc", ".ll"):
+        return Benchmark(f"benchmark://file-v0{Path(inputs[0]).resolve()}", modules[0])
     module = modules[0] if len(modules) == 1 else load_module(
         link_bitcode([m.bitcode for m in modules], timeout=timeout), name=Path(inputs[0]).stem, engine=engine)
-    return Benchmark(f"benchmark://user-v0/{module.sha256[:16]}", module)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return Benchmark(f"benchmark://user-v0/{stamp}-{secrets.token_hex(2)}-{module.sha256[:8]}", module)
 
 
 #: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces:

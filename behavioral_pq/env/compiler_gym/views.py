@@ -17,7 +17,7 @@ class ObservationSpaceSpec:
 
     def __init__(self, id: str, index: int, space: spaces.Space, deterministic: bool, platform_dependent: bool,
                  default_value: Any = None, translate: Optional[Callable[[Any], Any]] = None,
-                 to_string: Callable[[Any], str] = str):
+                 to_string: Callable[[Any], str] = str, base_id: Optional[str] = None):
         self.id = id
         self.index = index
         self.space = space
@@ -26,6 +26,18 @@ class ObservationSpaceSpec:
         self.default_value = default_value
         self.translate = translate or (lambda value: value)
         self.to_string = to_string
+        self.base_id = base_id
+
+    def make_derived_space(self, id: str, translate: Callable[[Any], Any], space: Optional[spaces.Space] = None,
+                           deterministic: Optional[bool] = None, default_value: Any = None,
+                           platform_dependent: Optional[bool] = None,
+                           to_string: Optional[Callable[[Any], str]] = None) -> "ObservationSpaceSpec":
+        """A space computed as ``translate(this space's value)``."""
+        return ObservationSpaceSpec(
+            id, self.index, space or self.space, self.deterministic if deterministic is None else deterministic,
+            self.platform_dependent if platform_dependent is None else platform_dependent,
+            translate(self.default_value) if default_value is None else default_value, translate,
+            to_string or self.to_string, base_id=self.id)
 
     def __hash__(self) -> int:
         return self.index
@@ -55,6 +67,11 @@ class ObservationView:
 
     def __getitem__(self, observation_space: str):
         return self._env._observe(self._env._observation_spec(observation_space))
+
+    def add_derived_space(self, id: str, base_id: str, **kwargs) -> None:
+        """Add the space ``id`` computed from ``base_id``'s value by ``translate`` (keywords as
+        :meth:`ObservationSpaceSpec.make_derived_space`)."""
+        self._add_space(self.spaces[base_id].make_derived_space(id=id, **kwargs))
 
     def _add_space(self, spec: ObservationSpaceSpec) -> None:
         self.spaces[spec.id] = spec
