@@ -671,8 +671,8 @@ def make_benchmark(inputs, copt: Optional[List[str]] = None, system_includes: bo
                    engine=None) -> Benchmark:
     """A benchmark from one or more C/C++ sources, ``.ll`` or ``.bc`` files (compiled with ``copt``, then linked
     into one module): ``benchmark://file-v0/PATH`` for one IR file, else ``benchmark://user-v0/TIME-RANDOM-SHA``
-    (two benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing input, CompileError /
-    InvalidIRError for one that does not compile or parse."""
+    (two benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing
+    input, ValueError for an unknown suffix, CompileError / InvalidIRError for one that does not compile or parse."""
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     if not inputs:
         raise ValueError("no inputs")
