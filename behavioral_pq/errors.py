@@ -149,3 +149,8 @@ class UnknownSpaceError(BPQError, KeyError, ValueError):
 class UnsupportedSpaceError(UnknownSpaceError):
     """An observation space of CompilerGym that this package cannot compute (ProGraML, inst2vec: no maintained
     package serves LLVM 19)."""
+
+
+class HostCompilerFailure(BPQError, OSError):
+    """The host C++ compiler could not be run or its include search list not read (CompilerGym's error of the same
+    name)."""

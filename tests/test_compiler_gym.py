@@ -329,3 +329,31 @@ def test_datasets_over_a_folder_and_a_store(tmp_path):
     with pytest.raises(UnknownBenchmarkError, match="no such benchmark"):
         env.datasets.benchmark("benchmark://mine-v0/sub/thrice")
     env.close()
+
+
+def test_make_benchmark_from_sources_ir_and_clang_jobs(tmp_path):
+    (tmp_path / "main.c").write_text("int helper(int);\nint main(void) { return helper(2); }\n")
+    (tmp_path / "helper.c").write_text("int helper(int x) { return twice(x); }\n")   # implicit: clang 10 allowed it
+    (tmp_path / "twice.c").write_text("int twice(int x) { return x + x; }\n")
+    (tmp_path / "notes.txt").write_text("text\n")
+    env = compiler_gym.make("llvm-v0")
+    job = compiler_gym.ClangInvocation.from_c_file(tmp_path / "twice.c", system_includes=False)
+    linked = env.make_benchmark([tmp_path / "main.c", tmp_path / "helper.c", job])
+    other = env.make_benchmark([tmp_path / "main.c", tmp_path / "helper.c", job])
+    assert linked.uri.startswith("benchmark://user-v0/") and linked.uri != other.uri
+    env.reset(benchmark=linked)
+    assert env.benchmark == linked and {"@main", "@helper", "@twice"} <= set(
+        env.observation["LexedIr"]["token_value"])
+    assert env.observation["IsRunnable"] == 1
+    (tmp_path / "twice.ll").write_text(env.ir)
+    single = compiler_gym.make_benchmark(tmp_path / "twice.ll")
+    assert single.uri == f"benchmark://file-v0{tmp_path / 'twice.ll'}"
+    with pytest.raises(ValueError, match="Unrecognized file type: notes.txt"):
+        env.make_benchmark(tmp_path / "notes.txt")
+    with pytest.raises(FileNotFoundError):
+        env.make_benchmark(tmp_path / "missing.c")
+    with pytest.raises(TypeError, match="Invalid input type"):
+        env.make_benchmark([3])
+    flags = compiler_gym.get_system_library_flags()
+    assert flags[0::2] == ["-isystem"] * (len(flags) // 2) and flags
+    env.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gymnasium
 
 from behavioral_pq.env.compiler_gym import datasets, gym, spaces, wrappers
+from behavioral_pq.env.compiler_gym.benchmarks import ClangInvocation, get_system_library_flags, make_benchmark
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, Dataset, Datasets, register_dataset
 from behavioral_pq.env.compiler_gym.env import (
     LLVM_ENVS,
@@ -31,7 +32,6 @@ from behavioral_pq.env.compiler_gym.env import (
     LlvmEnv,
     ValidationResult,
     make,
-    make_benchmark,
 )
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
 
@@ -46,7 +46,7 @@ for _id, _kwargs in LLVM_ENVS.items():
 #: The name this shim had before it became CompilerGym's whole API.
 CompilerGymEnv = LlvmEnv
 
-__all__ = ["Benchmark", "COMPILER_GYM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader",
-           "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS", "LlvmEnv",
-           "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets", "gym", "make",
-           "make_benchmark", "register_dataset", "spaces", "wrappers"]
+__all__ = ["Benchmark", "COMPILER_GYM_ENVS", "ClangInvocation", "CompilerEnv", "CompilerEnvState",
+           "CompilerEnvStateReader", "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS",
+           "LlvmEnv", "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets",
+           "get_system_library_flags", "gym", "make", "make_benchmark", "register_dataset", "spaces", "wrappers"]

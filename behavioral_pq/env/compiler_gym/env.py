@@ -9,7 +9,6 @@ import csv
 import dataclasses
 import math
 import re
-import secrets
 import shlex
 import time
 import warnings
@@ -24,9 +23,10 @@ import numpy as np
 
 from behavioral_pq._version import __version__
 from behavioral_pq.core.catalog import PASSES
-from behavioral_pq.core.module import Module, load_module
-from behavioral_pq.core.toolchain import link_bitcode, llvm_tool_version
-from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark, Datasets, default_datasets
+from behavioral_pq.core.module import Module
+from behavioral_pq.core.toolchain import llvm_tool_version
+from behavioral_pq.env.compiler_gym.benchmarks import make_benchmark
+from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default_datasets
 from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
@@ -662,35 +662,6 @@ class LlvmEnv(CompilerEnv):
         return self._cache[key]
 
 
-#: clang 16 made three C89 idioms errors that CompilerGym's clang 10 only warned about (implicit function
-#: declarations, implicit int, int/pointer conversions); its benchmarks and users' programs rely on them.
-LEGACY_C_FLAGS = ("-Wno-error=implicit-function-declaration", "-Wno-error=implicit-int", "-Wno-error=int-conversion")
-
-
-def make_benchmark(inputs, copt: Optional[List[str]] = None, system_includes: bool = True, timeout: int = 600,
-                   engine=None) -> Benchmark:
-    """A benchmark from one or more C/C++ sources, ``.ll`` or ``.bc`` files (compiled with ``copt``, then linked
-    into one module): ``benchmark://file-v0/PATH`` for one IR file, else ``benchmark://user-v0/TIME-RANDOM-SHA``
-    (two benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing
-    input, ValueError for an unknown suffix, CompileError / InvalidIRError for one that does not compile or parse."""
-    inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-    if not inputs:
-        raise ValueError("no inputs")
-    for path in inputs:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"file not found: {path}")
-        if Path(path).suffix not in SOURCE_SUFFIXES:
-            raise ValueError(f"Unrecognized file type: {path} (expected one of {', '.join(SOURCE_SUFFIXES)})")
-    flags = [*LEGACY_C_FLAGS, *(copt or [])]
-    modules = [load_module(Path(p), flags=flags, engine=engine) for p in inputs]
-    if len(modules) == 1 and Path(inputs[0]).suffix in (".bc", ".ll"):
-        return Benchmark(f"benchmark://file-v0{Path(inputs[0]).resolve()}", modules[0])
-    module = modules[0] if len(modules) == 1 else load_module(
-        link_bitcode([m.bitcode for m in modules], timeout=timeout), name=Path(inputs[0]).stem, engine=engine)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    return Benchmark(f"benchmark://user-v0/{stamp}-{secrets.token_hex(2)}-{module.sha256[:8]}", module)
-
-
 #: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces:
 #: ``llvm-v0``, ``llvm-{ic,codesize}-v0``, ``llvm-{autophase,ir}-{ic,codesize}-v0``.
 LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
@@ -713,4 +684,4 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
 
 
 __all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
-           "LlvmEnv", "ValidationResult", "action_space", "make", "make_benchmark"]
+           "LlvmEnv", "ValidationResult", "action_space", "make"]
