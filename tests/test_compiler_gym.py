@@ -346,6 +346,8 @@ def test_make_benchmark_from_sources_ir_and_clang_jobs(tmp_path):
         env.observation["LexedIr"]["token_value"])
     assert env.observation["IsRunnable"] == 1
     (tmp_path / "twice.ll").write_text(env.ir)
+    assert compiler_gym.compute_observation(env.observation.spaces["IrInstructionCount"], tmp_path / "twice.ll") \
+        == env.observation["IrInstructionCount"]
     single = compiler_gym.make_benchmark(tmp_path / "twice.ll")
     assert single.uri == f"benchmark://file-v0{tmp_path / 'twice.ll'}"
     with pytest.raises(ValueError, match="Unrecognized file type: notes.txt"):

@@ -31,6 +31,7 @@ from behavioral_pq.env.compiler_gym.env import (
     CompilerEnvStateWriter,
     LlvmEnv,
     ValidationResult,
+    compute_observation,
     make,
 )
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
@@ -48,5 +49,6 @@ CompilerGymEnv = LlvmEnv
 
 __all__ = ["Benchmark", "COMPILER_GYM_ENVS", "ClangInvocation", "CompilerEnv", "CompilerEnvState",
            "CompilerEnvStateReader", "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS",
-           "LlvmEnv", "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult", "datasets",
-           "get_system_library_flags", "gym", "make", "make_benchmark", "register_dataset", "spaces", "wrappers"]
+           "LlvmEnv", "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult",
+           "compute_observation", "datasets", "get_system_library_flags", "gym", "make", "make_benchmark",
+           "register_dataset", "spaces", "wrappers"]

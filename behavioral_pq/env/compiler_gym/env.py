@@ -662,6 +662,21 @@ class LlvmEnv(CompilerEnv):
         return self._cache[key]
 
 
+def compute_observation(observation_space: ObservationSpaceSpec, bitcode: Union[str, Path],
+                        timeout: float = 300):
+    """The ``observation_space`` observation of the module in the file ``bitcode`` (``.bc`` or ``.ll``), without
+    an environment of one's own. FileNotFoundError for a missing file, ValueError for an unknown space."""
+    path = Path(bitcode)
+    if not path.is_file():
+        raise FileNotFoundError(str(path))
+    if observation_space.id not in COMPUTE and observation_space.id not in UNSUPPORTED:
+        name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", observation_space.id).upper()
+        raise ValueError(f"Invalid observation space name: {name}")
+    with LlvmEnv(benchmark=Benchmark(f"file://{path.resolve()}", path)) as env:
+        env.reset()
+        return env.observation[observation_space.id]
+
+
 #: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces:
 #: ``llvm-v0``, ``llvm-{ic,codesize}-v0``, ``llvm-{autophase,ir}-{ic,codesize}-v0``.
 LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
@@ -684,4 +699,4 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
 
 
 __all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
-           "LlvmEnv", "ValidationResult", "action_space", "make"]
+           "LlvmEnv", "ValidationResult", "action_space", "compute_observation", "make"]
