@@ -154,3 +154,7 @@ class UnsupportedSpaceError(UnknownSpaceError):
 class HostCompilerFailure(BPQError, OSError):
     """The host C++ compiler could not be run or its include search list not read (CompilerGym's error of the same
     name)."""
+
+
+class UnableToParseHostCompilerOutput(HostCompilerFailure):
+    """The host C++ compiler ran but printed no ``#include <...>`` search list."""

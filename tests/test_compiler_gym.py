@@ -43,7 +43,7 @@ def test_attribute_setters_reach_the_environment(env):
     assert env.episode_reward == reward
     np.testing.assert_array_equal(observation, env.observation["Autophase"])
     # a new benchmark takes effect at the next reset, with CompilerGym's warning
-    with pytest.warns(UserWarning, match="no effect until reset"):
+    with pytest.warns(UserWarning, match="Changing the benchmark has no effect until reset"):
         env.benchmark = SUM_ARRAY
     assert env.benchmark == MATMUL
     env.reset()
@@ -235,6 +235,7 @@ def test_wrappers():
     assert limited.step(flag("-mem2reg"))[2] is False
     _, _, done, info = limited.step(flag("-sroa"))
     assert done and info["TimeLimit.truncated"] is True
+    assert env.spec.max_episode_steps == 2 and gymnasium.spec("llvm-v0").max_episode_steps is None
     fork = limited.fork()
     assert isinstance(fork, wrappers.TimeLimit) and fork.actions == env.actions
 
@@ -305,6 +306,8 @@ def test_datasets_over_a_folder_and_a_store(tmp_path):
     # a reset by URI reuses the module loaded by the last one (the program is compiled once)
     assert env.datasets.benchmark("benchmark://mine-v0/sub/twice") is env.benchmark
     assert env.benchmark == "benchmark://mine-v0/sub/twice" and env.observation["IrInstructionCount"] > 0
+    uri = env.benchmark.uri
+    assert (uri.scheme, uri.dataset, uri.path) == ("benchmark", "mine-v0", "/sub/twice")
     drawn = [str(mine.random_benchmark(np.random.default_rng(seed))) for seed in range(6)]
     assert set(drawn) <= set(mine.benchmark_uris()) and drawn == [
         str(mine.random_benchmark(np.random.default_rng(seed))) for seed in range(6)]

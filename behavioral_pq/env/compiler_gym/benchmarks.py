@@ -15,7 +15,13 @@ from typing import List, Optional, Sequence, Union
 from behavioral_pq.core.module import load_module
 from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
 from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark
-from behavioral_pq.errors import CompileError, HostCompilerFailure, ToolError, ToolNotFoundError
+from behavioral_pq.errors import (
+    CompileError,
+    HostCompilerFailure,
+    ToolError,
+    ToolNotFoundError,
+    UnableToParseHostCompilerOutput,
+)
 
 #: clang 16 made three C89 idioms errors that CompilerGym's clang 10 only warned about (implicit function
 #: declarations, implicit int, int/pointer conversions); its benchmarks and users' programs rely on them.
@@ -32,7 +38,7 @@ def _system_library_flags(compiler: str) -> tuple:
                                   f"Error: {exc}") from None
     lines = stderr.splitlines()
     if "#include <...> search starts here:" not in lines:
-        raise HostCompilerFailure(f"Failed to parse '#include <...>' search paths from '{compiler}':\n"
+        raise UnableToParseHostCompilerOutput(f"Failed to parse '#include <...>' search paths from '{compiler}':\n"
                                   f"{stderr.strip()}")
     flags: List[str] = []
     for line in lines[lines.index("#include <...> search starts here:") + 1:]:
@@ -122,4 +128,5 @@ def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt
                      f"{module.sha256[:8]}", module)
 
 
-__all__ = ["LEGACY_C_FLAGS", "ClangInvocation", "get_system_library_flags", "make_benchmark"]
+__all__ = ["LEGACY_C_FLAGS", "ClangInvocation", "HostCompilerFailure", "UnableToParseHostCompilerOutput",
+           "get_system_library_flags", "make_benchmark"]

@@ -38,17 +38,34 @@ def canonical_uri(uri: str) -> str:
     return uri if "://" in uri else f"benchmark://{uri}"
 
 
+class BenchmarkUri(str):
+    """A benchmark URI (a ``str``) with CompilerGym's parts: ``scheme``, ``dataset``, ``path``."""
+
+    @property
+    def scheme(self) -> str:
+        return self.split("://", 1)[0]
+
+    @property
+    def dataset(self) -> str:
+        return self.split("://", 1)[1].split("/", 1)[0]
+
+    @property
+    def path(self) -> str:
+        rest = self.split("://", 1)[1]
+        return rest[len(rest.split("/", 1)[0]):]
+
+
 class Benchmark:
     """A program to compile: its ``uri`` and where its module comes from (``source``: a path, IR or bitcode
     bytes, a Module, or a generator or store URI). The module is loaded once and kept."""
 
     def __init__(self, uri: str, source: Union[str, os.PathLike, bytes, Module]):
-        self._uri = canonical_uri(uri)
+        self._uri = BenchmarkUri(canonical_uri(uri))
         self.source = source
         self._module: Optional[Module] = None
 
     @property
-    def uri(self) -> str:
+    def uri(self) -> BenchmarkUri:
         return self._uri
 
     def load(self, engine) -> Module:
@@ -366,10 +383,10 @@ class Datasets:
 
 def _file_benchmark(path: str, text: str) -> Benchmark:
     if not Path(path).is_file():
-        raise UnknownBenchmarkError(f"Dataset not found: {canonical_uri(text).rsplit('/', 1)[0]} (unknown benchmark "
-                                    f"{text!r}: not a dataset URI and no such file)")
+        raise UnknownBenchmarkError(f"Dataset not found: {canonical_uri(text)} (not a dataset's benchmark and no such "
+                                    "file)")
     return Benchmark(f"file://{Path(path).resolve()}", Path(path))
 
 
-__all__ = ["Benchmark", "Dataset", "Datasets", "FilesDataset", "GeneratorDataset", "StoreDataset", "canonical_uri",
-           "dataset_from_path", "default_datasets", "register_dataset"]
+__all__ = ["Benchmark", "BenchmarkUri", "Dataset", "Datasets", "FilesDataset", "GeneratorDataset", "StoreDataset",
+           "canonical_uri", "dataset_from_path", "default_datasets", "register_dataset"]

@@ -311,7 +311,7 @@ class LlvmEnv(CompilerEnv):
     @benchmark.setter
     def benchmark(self, benchmark: Union[str, Benchmark, Path]) -> None:
         if self.in_episode:
-            warnings.warn("changing the benchmark has no effect until reset() is called", stacklevel=2)
+            warnings.warn("Changing the benchmark has no effect until reset() is called", stacklevel=2)
         if isinstance(benchmark, Benchmark):
             self._next_benchmark = benchmark
         elif isinstance(benchmark, (str, Path)):
@@ -670,7 +670,7 @@ def compute_observation(observation_space: ObservationSpaceSpec, bitcode: Union[
     if not path.is_file():
         raise FileNotFoundError(str(path))
     if observation_space.id not in COMPUTE and observation_space.id not in UNSUPPORTED:
-        name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", observation_space.id).upper()
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", observation_space.id).upper()
         raise ValueError(f"Invalid observation space name: {name}")
     with LlvmEnv(benchmark=Benchmark(f"file://{path.resolve()}", path)) as env:
         env.reset()
@@ -694,7 +694,7 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
         raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
     env = LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
     if env_id in gymnasium.registry:
-        env.spec = gymnasium.spec(env_id)
+        env.spec = deepcopy(gymnasium.spec(env_id))      # wrappers (TimeLimit) edit it: not the registry's
     return env
 
 
