@@ -362,3 +362,33 @@ def test_make_benchmark_from_sources_ir_and_clang_jobs(tmp_path):
     flags = compiler_gym.get_system_library_flags()
     assert flags[0::2] == ["-isystem"] * (len(flags) // 2) and flags
     env.close()
+
+
+def test_benchmark_from_a_command_line_builds_back(tmp_path, monkeypatch):
+    import subprocess
+
+    from behavioral_pq.core.toolchain import find_tool
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.h").write_text("int B(void);\n")
+    (tmp_path / "a.c").write_text('#include "b.h"\nint A(void) { int x = B(); return x; }\n'
+                                  "int main(void) { return A(); }\n")
+    (tmp_path / "b.c").write_text("int B(void) { return 5; }\n")
+    (tmp_path / "c.c").write_text("int C(void) { return 7; }\n")
+    subprocess.run([find_tool("clang"), "-c", "c.c"], check=True, timeout=60)
+    env = compiler_gym.make("llvm-v0", reward_space="IrInstructionCount")
+    benchmark = env.make_benchmark_from_command_line("gcc -DNDEBUG a.c b.c c.o -o foo -lm")
+    assert benchmark.uri.startswith("benchmark://clang-v0/") and not (tmp_path / "foo").exists()
+    env.reset(benchmark=benchmark)
+    assert "@main" in env.ir and "define dso_local i32 @B" in env.ir and "@C" not in env.ir
+    env.multistep([flag("-mem2reg"), flag("-inline"), flag("-instcombine")])
+    assert env.episode_reward > 0
+    benchmark.compile(env)
+    assert subprocess.run(["./foo"], timeout=60).returncode == 5
+    with pytest.raises(ValueError, match="Input command line has no source file inputs"):
+        env.make_benchmark_from_command_line(["gcc", "c.o", "-c"])
+    with pytest.raises(ValueError, match="is too short"):
+        env.make_benchmark_from_command_line("gcc")
+    with pytest.raises(ValueError, match="reads from stdin"):
+        env.make_benchmark_from_command_line("gcc -xc - -o foo")
+    env.close()

@@ -21,7 +21,13 @@ from __future__ import annotations
 import gymnasium
 
 from behavioral_pq.env.compiler_gym import datasets, gym, spaces, wrappers
-from behavioral_pq.env.compiler_gym.benchmarks import ClangInvocation, get_system_library_flags, make_benchmark
+from behavioral_pq.env.compiler_gym.benchmarks import (
+    BenchmarkFromCommandLine,
+    ClangInvocation,
+    get_system_library_flags,
+    make_benchmark,
+    make_benchmark_from_command_line,
+)
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, Dataset, Datasets, register_dataset
 from behavioral_pq.env.compiler_gym.env import (
     LLVM_ENVS,
@@ -47,8 +53,8 @@ for _id, _kwargs in LLVM_ENVS.items():
 #: The name this shim had before it became CompilerGym's whole API.
 CompilerGymEnv = LlvmEnv
 
-__all__ = ["Benchmark", "COMPILER_GYM_ENVS", "ClangInvocation", "CompilerEnv", "CompilerEnvState",
-           "CompilerEnvStateReader", "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset", "Datasets", "LLVM_ENVS",
-           "LlvmEnv", "ObservationSpaceSpec", "ObservationView", "RewardView", "ValidationResult",
-           "compute_observation", "datasets", "get_system_library_flags", "gym", "make", "make_benchmark",
-           "register_dataset", "spaces", "wrappers"]
+__all__ = ["Benchmark", "BenchmarkFromCommandLine", "COMPILER_GYM_ENVS", "ClangInvocation", "CompilerEnv",
+           "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset",
+           "Datasets", "LLVM_ENVS", "LlvmEnv", "ObservationSpaceSpec", "ObservationView", "RewardView",
+           "ValidationResult", "compute_observation", "datasets", "get_system_library_flags", "gym", "make",
+           "make_benchmark", "make_benchmark_from_command_line", "register_dataset", "spaces", "wrappers"]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import shlex
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
@@ -128,5 +130,78 @@ def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt
                      f"{module.sha256[:8]}", module)
 
 
-__all__ = ["LEGACY_C_FLAGS", "ClangInvocation", "HostCompilerFailure", "UnableToParseHostCompilerOutput",
-           "get_system_library_flags", "make_benchmark"]
+class BenchmarkFromCommandLine(Benchmark):
+    """The module of a compiler command line's sources, which :meth:`compile` builds back into the command's
+    output (its object files and libraries linked in): ``benchmark://clang-v0/QUOTED-COMMAND``."""
+
+    def __init__(self, argv: Sequence[str], sources: Sequence[str], module, timeout: int):
+        super().__init__(f"benchmark://clang-v0/{urllib.parse.quote_plus(shlex.join(argv))}", module)
+        self._module = module
+        self.command_line = list(argv)
+        command, output, skip = [], "a.out", False
+        for i, arg in enumerate(argv):
+            if skip:
+                skip = False
+            elif arg == "-o" and i + 1 < len(argv):
+                output, skip = argv[i + 1], True
+            elif arg not in sources and arg not in ("-c", "-S"):
+                command.append(os.path.abspath(arg) if arg.endswith(".o") else arg)
+        self.output_path = Path(output)
+        self.build_command = [*command, "-xir", "$IN", "-o", str(self.output_path)]
+        self.timeout = timeout
+
+    def compile(self, env, timeout: int = 60) -> None:
+        """Build the command's output from ``env``'s current module; CompileError with the linker's output."""
+        with tempfile.TemporaryDirectory(prefix="bpq-lower-") as tmp:
+            bitcode = env.write_bitcode(Path(tmp) / "in.bc")
+            try:
+                run_tool([str(bitcode) if c == "$IN" else c for c in self.build_command], timeout=timeout)
+            except ToolError as exc:
+                raise CompileError(f"Failed to lower LLVM bitcode: {exc}") from None
+
+
+_SOURCE_TYPES = (".c", ".cc", ".cpp", ".cxx", ".C")
+
+
+def make_benchmark_from_command_line(cmd: Union[str, Sequence[str]], replace_driver: bool = True,
+                                     system_includes: bool = True, timeout: int = 600,
+                                     engine=None) -> BenchmarkFromCommandLine:
+    """A benchmark from a compiler command line (``gcc -DNDEBUG a.c b.c -o foo -lm``): each source compiled to
+    bitcode with the command's own flags (clang-19 replaces the driver unless ``replace_driver`` is False),
+    linked into one module; ``.o`` inputs are kept for :meth:`BenchmarkFromCommandLine.compile`. ValueError for
+    an empty or too short command, one that reads stdin or has no source."""
+    if not cmd:
+        raise ValueError("Input command line is empty")
+    argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+    if len(argv) < 2:
+        raise ValueError(f"Input command line '{shlex.join(argv)}' is too short")
+    if "-" in argv[1:]:
+        raise ValueError(f"Input command line reads from stdin, which is not supported: '{shlex.join(argv)}'")
+    if replace_driver:
+        argv[0] = find_tool("clang")
+    flags, sources, skip = [], [], False
+    for i, arg in enumerate(argv[1:], start=1):
+        if skip:
+            skip = False
+        elif arg in ("-o", "-MF", "-MT", "-MQ"):
+            skip = True
+        elif Path(arg).suffix in _SOURCE_TYPES and not arg.startswith("-"):
+            sources.append(arg)
+        elif arg.endswith(".o") or arg in ("-c", "-S") or arg.startswith(("-l", "-L", "-Wl,")):
+            continue
+        elif arg in ("-I", "-D", "-U", "-include", "-isystem", "-x") and i + 1 < len(argv):
+            flags += [arg, argv[i + 1]]
+            skip = True
+        else:
+            flags.append(arg)
+    if not sources:
+        raise ValueError(f"Input command line has no source file inputs: '{shlex.join(argv)}'")
+    units = [ClangInvocation([*LEGACY_C_FLAGS, "-O1", "-Xclang", "-disable-llvm-passes", *flags, source],
+                             system_includes=system_includes, timeout=timeout).run() for source in sources]
+    module = load_module(link_bitcode(units, timeout=timeout), name=Path(sources[0]).stem, engine=engine)
+    return BenchmarkFromCommandLine(argv, sources, module, timeout)
+
+
+__all__ = ["BenchmarkFromCommandLine", "LEGACY_C_FLAGS", "ClangInvocation", "HostCompilerFailure",
+           "UnableToParseHostCompilerOutput", "get_system_library_flags", "make_benchmark",
+           "make_benchmark_from_command_line"]

@@ -9,7 +9,6 @@ import csv
 import dataclasses
 import math
 import re
-import shlex
 import time
 import warnings
 from collections import Counter
@@ -25,7 +24,7 @@ from behavioral_pq._version import __version__
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.toolchain import llvm_tool_version
-from behavioral_pq.env.compiler_gym.benchmarks import make_benchmark
+from behavioral_pq.env.compiler_gym.benchmarks import make_benchmark, make_benchmark_from_command_line
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default_datasets
 from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
@@ -598,33 +597,10 @@ class LlvmEnv(CompilerEnv):
                               engine=self._core.engine)
 
     def make_benchmark_from_command_line(self, cmd: Union[str, List[str]], replace_driver: bool = True,
-                                         system_includes: bool = True, timeout: int = 600) -> Benchmark:
-        """A benchmark from a compiler command line (``gcc -DNDEBUG a.c b.c -o foo -lm``): its sources compiled
-        with its preprocessor and language flags, linked into one module."""
-        if not cmd:
-            raise ValueError("Input command line is empty")
-        argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
-        if len(argv) < 2:
-            raise ValueError(f"Input command line {shlex.join(argv)!r} is too short")
-        if "-" in argv[1:]:
-            raise ValueError(f"Input command line reads from stdin, which is not supported: {shlex.join(argv)!r}")
-        sources, flags, skip = [], [], False
-        for i, arg in enumerate(argv[1:], start=1):
-            if skip:
-                skip = False
-                continue
-            if arg in ("-o", "-MF", "-MT", "-MQ"):
-                skip = True
-            elif arg in ("-I", "-D", "-U", "-include", "-isystem"):
-                flags += [arg, argv[i + 1]]
-                skip = True
-            elif Path(arg).suffix in (".c", ".cc", ".cpp", ".cxx") and not arg.startswith("-"):
-                sources.append(arg)
-            elif arg.startswith(("-D", "-I", "-U", "-std=", "-f", "-m", "-W", "-w", "-isystem")):
-                flags.append(arg)
-        if not sources:
-            raise ValueError(f"Input command line has no source file inputs: {shlex.join(argv)!r}")
-        return self.make_benchmark(sources, copt=flags, timeout=timeout)
+                                         system_includes: bool = True, timeout: int = 600):
+        """See :func:`~behavioral_pq.env.compiler_gym.benchmarks.make_benchmark_from_command_line`."""
+        return make_benchmark_from_command_line(cmd, replace_driver=replace_driver, system_includes=system_includes,
+                                                timeout=timeout, engine=self._core.engine)
 
     # -- internals -----------------------------------------------------------------------------------------------
 
