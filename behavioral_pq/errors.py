@@ -159,3 +159,29 @@ class TaskError(BPQError, ValueError):
 
 class ConfigError(BPQError, ValueError):
     """A configuration file that is missing, not TOML, or has unknown or ill-typed keys."""
+
+
+class UnknownBenchmarkError(BPQError, LookupError):
+    """A benchmark URI or path that no dataset, file, store or generator provides."""
+
+
+class UnknownSpaceError(BPQError, KeyError, ValueError):
+    """An observation or reward space name that the environment does not have (a KeyError, as a missing key of
+    ``env.observation.spaces`` is, and a ValueError, as the core environment's unknown names are)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnsupportedSpaceError(UnknownSpaceError):
+    """An observation space of CompilerGym that this package cannot compute (ProGraML, inst2vec: no maintained
+    package serves LLVM 19)."""
+
+
+class HostCompilerFailure(BPQError, OSError):
+    """The host C++ compiler could not be run or its include search list not read (CompilerGym's error of the same
+    name)."""
+
+
+class UnableToParseHostCompilerOutput(HostCompilerFailure):
+    """The host C++ compiler ran but printed no ``#include <...>`` search list."""

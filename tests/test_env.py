@@ -43,7 +43,7 @@ def test_multistep_with_lists_of_spaces():
     env = compiler_gym.make("llvm-v0", benchmark=PROGRAM)
     env.reset()
     flags = env.action_space.flags
-    assert flags == [p.flag for p in PASSES] and env.action_space.names[0] == flags[0].lstrip("-")
+    assert flags == [p.flag for p in PASSES] and env.action_space.names == flags
     actions = [flags.index("-mem2reg"), flags.index("-instcombine"), flags.index("-simplifycfg")]
     observations, rewards, done, info = env.multistep(
         actions, observation_spaces=["IrInstructionCount", "Autophase"],
@@ -53,7 +53,7 @@ def test_multistep_with_lists_of_spaces():
     ic0 = env.observation["IrInstructionCountO0"]
     assert rewards[0] == ic0 - count and rewards[1] == pytest.approx((ic0 - count) / ic0)
     assert env.actions == actions
-    assert env.commandline().startswith("opt-19 -passes='function(mem2reg)")
+    assert env.commandline() == "opt -mem2reg -instcombine -simplifycfg input.bc -o output.bc"
 
 
 def test_a_fork_based_greedy_search():

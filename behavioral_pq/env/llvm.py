@@ -46,11 +46,12 @@ BenchmarkLike = Union[str, os.PathLike, bytes, Module]
 
 
 class ActionSpace(spaces.Discrete):
-    """The 124 catalog passes as CompilerGym's ``llvm-v0`` action space: ``names`` and ``flags`` in its order."""
+    """The 124 catalog passes as CompilerGym's ``llvm-v0`` action space: ``names`` and ``flags`` in its order (a
+    name is the flag, ``"-mem2reg"``, as in CompilerGym)."""
 
     def __init__(self, seed: Optional[int] = None):
         super().__init__(len(PASSES), seed=seed)
-        self.names: List[str] = [p.flag.lstrip("-") for p in PASSES]
+        self.names: List[str] = [p.flag for p in PASSES]
         self.flags: List[str] = [p.flag for p in PASSES]
 
     def to_string(self, actions: Sequence[int]) -> str:
@@ -122,9 +123,10 @@ RUNTIME_RUNS = 5
 RUNTIME_TIMEOUT = 30.0
 
 
-def _runtime(module: Module) -> np.ndarray:
-    """float64 (RUNTIME_RUNS,): wall seconds of each run of the module's program (``llc-19 -O2``, linked with
-    clang), in a sandbox; ValueError when the module has no ``main``, RuntimeError when a run fails."""
+def _runtime(module: Module, runs: int = RUNTIME_RUNS, warmup: int = 0) -> np.ndarray:
+    """float64 (runs,): wall seconds of each run of the module's program (``llc-19 -O2``, linked with clang), in a
+    sandbox, after ``warmup`` runs that are not timed; ValueError when the module has no ``main``, RuntimeError
+    when a run fails."""
     text = module.text()
     if not re.search(r"^define [^@]*@main\(", text, re.M):
         raise ValueError(f"{module.name}: no main function, so no Runtime observation")
@@ -133,12 +135,12 @@ def _runtime(module: Module) -> np.ndarray:
                           cxx=needs_cxx_runtime(text))
         box = Sandbox(tmp)
         times = []
-        for _ in range(RUNTIME_RUNS):
+        for _ in range(warmup + runs):
             result = box.run([str(binary)], timeout=RUNTIME_TIMEOUT)
             if result.returncode is None:
                 raise RuntimeError(f"{module.name}: the program {describe(result)[1]}")
             times.append(result.seconds)
-    return np.array(times, dtype=np.float64)
+    return np.array(times[warmup:], dtype=np.float64)
 
 
 def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Module]:

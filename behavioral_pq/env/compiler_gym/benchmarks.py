@@ -1,0 +1,207 @@
+"""Custom benchmarks, CompilerGym 0.2.5's way: :func:`make_benchmark` from C/C++ sources, ``.ll`` / ``.bc`` files
+and :class:`ClangInvocation` jobs (compiled by clang-19 and linked into one module), and
+:func:`get_system_library_flags` (the host compiler's ``-isystem`` directories)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import shlex
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+from typing import List, Optional, Sequence, Union
+
+from behavioral_pq.core.module import load_module
+from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
+from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark
+from behavioral_pq.errors import (
+    CompileError,
+    HostCompilerFailure,
+    ToolError,
+    ToolNotFoundError,
+    UnableToParseHostCompilerOutput,
+)
+
+#: clang 16 made three C89 idioms errors that CompilerGym's clang 10 only warned about (implicit function
+#: declarations, implicit int, int/pointer conversions); its benchmarks and users' programs rely on them.
+LEGACY_C_FLAGS = ("-Wno-error=implicit-function-declaration", "-Wno-error=implicit-int", "-Wno-error=int-conversion")
+
+
+@functools.lru_cache(maxsize=32)
+def _system_library_flags(compiler: str) -> tuple:
+    try:
+        stderr = run_tool([compiler, "-xc++", "-v", "-", "-o", os.devnull, "-c"], input=b"int main(){return 0;}",
+                          timeout=30).stderr.decode(errors="replace")
+    except (ToolError, ToolNotFoundError) as exc:
+        raise HostCompilerFailure(f"Failed to invoke '{compiler}'. Is there a working system compiler?\n"
+                                  f"Error: {exc}") from None
+    lines = stderr.splitlines()
+    if "#include <...> search starts here:" not in lines:
+        raise UnableToParseHostCompilerOutput(f"Failed to parse '#include <...>' search paths from '{compiler}':\n"
+                                  f"{stderr.strip()}")
+    flags: List[str] = []
+    for line in lines[lines.index("#include <...> search starts here:") + 1:]:
+        if line.startswith("End of search list"):
+            break
+        path = Path(line.strip())
+        flags += ["-isystem", str(path)]
+        if (path / "machine").is_dir():
+            flags += ["-isystem", str(path / "machine")]
+    return tuple(flags)
+
+
+def get_system_library_flags(compiler: Optional[str] = None) -> List[str]:
+    """``-isystem DIR`` flags for the host C++ compiler's include search list (``$CXX``, else ``c++``);
+    HostCompilerFailure when it cannot be run or read."""
+    return list(_system_library_flags(compiler or os.environ.get("CXX") or "c++"))
+
+
+class ClangInvocation:
+    """A clang-19 job that makes one bitcode unit: ``clang -c -emit-llvm [system includes] ARGS``."""
+
+    def __init__(self, args: Sequence[str], system_includes: bool = True, timeout: int = 600):
+        self.args = [str(a) for a in args]
+        self.system_includes = system_includes
+        self.timeout = timeout
+
+    def command(self, outpath: Path) -> List[str]:
+        command = [find_tool("clang"), "-c", "-emit-llvm", "-o", str(outpath)]
+        if self.system_includes:
+            command += get_system_library_flags()
+        return command + self.args
+
+    @classmethod
+    def from_c_file(cls, path: Path, copt: Optional[Sequence[str]] = None, system_includes: bool = True,
+                    timeout: int = 600) -> "ClangInvocation":
+        """The job CompilerGym runs for a C/C++ file: ``-O1`` front end with LLVM passes off, then ``copt``."""
+        return cls(["-O1", "-Xclang", "-disable-llvm-passes", "-Xclang", "-disable-llvm-optzns", *LEGACY_C_FLAGS,
+                    *(copt or []), str(path)], system_includes=system_includes, timeout=timeout)
+
+    def run(self) -> bytes:
+        """The bitcode of the job; CompileError with clang's stderr when it fails."""
+        with tempfile.TemporaryDirectory(prefix="bpq-clang-") as tmp:
+            out = Path(tmp) / "out.bc"
+            try:
+                run_tool(self.command(out), timeout=self.timeout)
+            except ToolError as exc:
+                raise CompileError(f"clang: {exc}") from None
+            return out.read_bytes()
+
+
+BenchmarkInput = Union[str, Path, ClangInvocation]
+
+
+def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt: Optional[List[str]] = None,
+                   system_includes: bool = True, timeout: int = 600, engine=None) -> Benchmark:
+    """A benchmark from C/C++ sources, ``.ll`` / ``.bc`` files and :class:`ClangInvocation` jobs, linked into one
+    module: ``benchmark://file-v0/PATH`` for one IR file, else ``benchmark://user-v0/TIME-RANDOM-SHA`` (two
+    benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing
+    input, ValueError for an unknown suffix, TypeError for an input of another type, CompileError /
+    InvalidIRError for one that does not compile or parse."""
+    inputs = [inputs] if isinstance(inputs, (str, Path, ClangInvocation)) else list(inputs)
+    if not inputs:
+        raise ValueError("no inputs")
+    units: List[bytes] = []
+    for item in inputs:
+        if isinstance(item, ClangInvocation):
+            units.append(item.run())
+            continue
+        if not isinstance(item, (str, Path)):
+            raise TypeError(f"Invalid input type: {type(item).__name__}")
+        path = Path(item)
+        if not path.is_file():
+            raise FileNotFoundError(f"file not found: {path}")
+        if path.suffix not in SOURCE_SUFFIXES:
+            raise ValueError(f"Unrecognized file type: {path.name}")
+        if path.suffix in (".bc", ".ll"):
+            units.append(path.read_bytes())
+        else:
+            units.append(ClangInvocation.from_c_file(path, copt=copt, system_includes=system_includes,
+                                                     timeout=timeout).run())
+    single = len(inputs) == 1 and not isinstance(inputs[0], ClangInvocation)
+    name = "benchmark" if isinstance(inputs[0], ClangInvocation) else Path(inputs[0]).stem
+    module = load_module(link_bitcode(units, timeout=timeout), name=name, engine=engine)
+    if single and Path(inputs[0]).suffix in (".bc", ".ll"):
+        return Benchmark(f"benchmark://file-v0{Path(inputs[0]).resolve()}", module)
+    return Benchmark(f"benchmark://user-v0/{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}-"
+                     f"{module.sha256[:8]}", module)
+
+
+class BenchmarkFromCommandLine(Benchmark):
+    """The module of a compiler command line's sources, which :meth:`compile` builds back into the command's
+    output (its object files and libraries linked in): ``benchmark://clang-v0/QUOTED-COMMAND``."""
+
+    def __init__(self, argv: Sequence[str], sources: Sequence[str], module, timeout: int):
+        super().__init__(f"benchmark://clang-v0/{urllib.parse.quote_plus(shlex.join(argv))}", module)
+        self._module = module
+        self.command_line = list(argv)
+        command, output, skip = [], "a.out", False
+        for i, arg in enumerate(argv):
+            if skip:
+                skip = False
+            elif arg == "-o" and i + 1 < len(argv):
+                output, skip = argv[i + 1], True
+            elif arg not in sources and arg not in ("-c", "-S"):
+                command.append(os.path.abspath(arg) if arg.endswith(".o") else arg)
+        self.output_path = Path(output)
+        self.build_command = [*command, "-xir", "$IN", "-o", str(self.output_path)]
+        self.timeout = timeout
+
+    def compile(self, env, timeout: int = 60) -> None:
+        """Build the command's output from ``env``'s current module; CompileError with the linker's output."""
+        with tempfile.TemporaryDirectory(prefix="bpq-lower-") as tmp:
+            bitcode = env.write_bitcode(Path(tmp) / "in.bc")
+            try:
+                run_tool([str(bitcode) if c == "$IN" else c for c in self.build_command], timeout=timeout)
+            except ToolError as exc:
+                raise CompileError(f"Failed to lower LLVM bitcode: {exc}") from None
+
+
+_SOURCE_TYPES = (".c", ".cc", ".cpp", ".cxx", ".C")
+
+
+def make_benchmark_from_command_line(cmd: Union[str, Sequence[str]], replace_driver: bool = True,
+                                     system_includes: bool = True, timeout: int = 600,
+                                     engine=None) -> BenchmarkFromCommandLine:
+    """A benchmark from a compiler command line (``gcc -DNDEBUG a.c b.c -o foo -lm``): each source compiled to
+    bitcode with the command's own flags (clang-19 replaces the driver unless ``replace_driver`` is False),
+    linked into one module; ``.o`` inputs are kept for :meth:`BenchmarkFromCommandLine.compile`. ValueError for
+    an empty or too short command, one that reads stdin or has no source."""
+    if not cmd:
+        raise ValueError("Input command line is empty")
+    argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+    if len(argv) < 2:
+        raise ValueError(f"Input command line '{shlex.join(argv)}' is too short")
+    if "-" in argv[1:]:
+        raise ValueError(f"Input command line reads from stdin, which is not supported: '{shlex.join(argv)}'")
+    if replace_driver:
+        argv[0] = find_tool("clang")
+    flags, sources, skip = [], [], False
+    for i, arg in enumerate(argv[1:], start=1):
+        if skip:
+            skip = False
+        elif arg in ("-o", "-MF", "-MT", "-MQ"):
+            skip = True
+        elif Path(arg).suffix in _SOURCE_TYPES and not arg.startswith("-"):
+            sources.append(arg)
+        elif arg.endswith(".o") or arg in ("-c", "-S") or arg.startswith(("-l", "-L", "-Wl,")):
+            continue
+        elif arg in ("-I", "-D", "-U", "-include", "-isystem", "-x") and i + 1 < len(argv):
+            flags += [arg, argv[i + 1]]
+            skip = True
+        else:
+            flags.append(arg)
+    if not sources:
+        raise ValueError(f"Input command line has no source file inputs: '{shlex.join(argv)}'")
+    units = [ClangInvocation([*LEGACY_C_FLAGS, "-O1", "-Xclang", "-disable-llvm-passes", *flags, source],
+                             system_includes=system_includes, timeout=timeout).run() for source in sources]
+    module = load_module(link_bitcode(units, timeout=timeout), name=Path(sources[0]).stem, engine=engine)
+    return BenchmarkFromCommandLine(argv, sources, module, timeout)
+
+
+__all__ = ["BenchmarkFromCommandLine", "LEGACY_C_FLAGS", "ClangInvocation", "HostCompilerFailure",
+           "UnableToParseHostCompilerOutput", "get_system_library_flags", "make_benchmark",
+           "make_benchmark_from_command_line"]

@@ -1,0 +1,678 @@
+"""CompilerGym 0.2.5's ``LlvmEnv`` over this package's ``llvm-v0`` core (:class:`behavioral_pq.env.llvm.LlvmEnv`):
+the same attributes, setters, views, state, fork/validate/apply and 4-tuple ``step``; passes and observations on
+LLVM 19.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import re
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable as IterableType
+from copy import deepcopy
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, TextIO, Union
+
+import gymnasium
+import numpy as np
+
+from behavioral_pq._version import __version__
+from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.module import Module
+from behavioral_pq.core.toolchain import llvm_tool_version
+from behavioral_pq.env.compiler_gym.benchmarks import make_benchmark, make_benchmark_from_command_line
+from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default_datasets
+from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
+from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
+from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
+from behavioral_pq.env.llvm import LlvmEnv as CoreEnv
+from behavioral_pq.errors import UnknownSpaceError
+
+#: ``reset(observation_space=UNCHANGED)``: keep the current space (None turns it off).
+UNCHANGED = object()
+
+
+class CompilerEnv(gymnasium.Env):
+    """What every environment and wrapper of this module is: CompilerGym's ``CompilerEnv`` API on a gymnasium
+    ``Env`` (so gymnasium's wrappers accept it)."""
+
+
+@dataclasses.dataclass(eq=False)
+class CompilerEnvState:
+    """An episode that can be replayed: the benchmark URI, the ``opt`` command line of its actions, the time
+    spent and the reward so far (None without a reward space). Two states are equal when benchmark, command
+    line and reward (within 1e-5, when both have one) are; the walltime is ignored."""
+
+    benchmark: str
+    commandline: str
+    walltime: float
+    reward: Optional[float] = None
+
+    def __post_init__(self):
+        self.benchmark = str(self.benchmark)
+        self.walltime = float(self.walltime)
+        self.reward = None if self.reward is None else float(self.reward)
+        if self.walltime < 0:
+            raise ValueError("walltime cannot be negative")
+
+    @property
+    def has_reward(self) -> bool:
+        return self.reward is not None
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, CompilerEnvState):
+            return False
+        reward_equal = not (self.has_reward and other.has_reward) or abs(self.reward - other.reward) < 1e-5
+        return self.benchmark == other.benchmark and reward_equal and self.commandline == other.commandline
+
+    def __hash__(self) -> int:
+        return hash((self.benchmark, self.commandline))
+
+    def json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class CompilerEnvStateWriter:
+    """Write states as CSV rows (``benchmark,reward,walltime,commandline``, with a header first)."""
+
+    def __init__(self, f: TextIO, header: bool = True):
+        self.f, self.header = f, header
+        self.writer = csv.writer(f, lineterminator="\n")
+
+    def write_state(self, state: CompilerEnvState, flush: bool = False) -> None:
+        if self.header:
+            self.writer.writerow(("benchmark", "reward", "walltime", "commandline"))
+            self.header = False
+        self.writer.writerow((state.benchmark, state.reward, state.walltime, state.commandline))
+        if flush:
+            self.f.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+class CompilerEnvStateReader:
+    """Read the states written by :class:`CompilerEnvStateWriter` (the header is optional)."""
+
+    COLUMNS = ["benchmark", "reward", "walltime", "commandline"]
+
+    def __init__(self, f: TextIO):
+        self.f = f
+
+    def __iter__(self):
+        rows = csv.reader(self.f)
+        first = next(rows, None)
+        if first is None:
+            return
+        if len(first) != len(self.COLUMNS):
+            raise ValueError(f"expected {len(self.COLUMNS)} columns in the first row of the CSV, got {first}")
+        if {c.lower() for c in first} == set(self.COLUMNS):
+            order = [[c.lower() for c in first].index(c) for c in self.COLUMNS]
+        else:
+            order, rows = list(range(4)), _chain([first], rows)
+        for row in rows:
+            benchmark, reward, walltime, commandline = (row[i] for i in order)
+            yield CompilerEnvState(benchmark=benchmark, reward=None if reward == "" else float(reward),
+                                   walltime=0.0 if walltime == "" else float(walltime), commandline=commandline)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _chain(first, rest):
+    yield from first
+    yield from rest
+
+
+@dataclasses.dataclass
+class ValidationError:
+    type: str
+    data: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class ValidationResult:
+    """What :meth:`LlvmEnv.validate` found: ``okay()`` when the actions replayed and the reward reproduced."""
+
+    state: CompilerEnvState
+    walltime: float
+    reward_validated: bool = False
+    actions_replay_failed: bool = False
+    reward_validation_failed: bool = False
+    benchmark_semantics_validated: bool = False
+    benchmark_semantics_validation_failed: bool = False
+    errors: List[ValidationError] = dataclasses.field(default_factory=list)
+
+    def okay(self) -> bool:
+        return not (self.actions_replay_failed or self.reward_validation_failed
+                    or self.benchmark_semantics_validation_failed)
+
+    @property
+    def error_details(self) -> str:
+        """The errors' types, the most frequent first (``"3× Expected reward ..."``)."""
+        counts = Counter(e.type for e in self.errors)
+        if len(counts) == 1:
+            (message, count), = counts.items()
+            return message if count == 1 else f"{count}× {message}"
+        ranked = sorted(counts.items(), key=lambda item: -item[1])
+        return ", ".join(f"[{j}/{len(ranked)}] " + (f"{n}× {m}" if n > 1 else m)
+                         for j, (m, n) in enumerate(ranked, start=1))
+
+    def __repr__(self) -> str:
+        benchmark = re.sub(r"^benchmark://", "", str(self.state.benchmark))
+        if not self.okay():
+            return f"❌  {benchmark}  {', '.join(self.error_details.strip().splitlines())[:50]}"
+        if self.state.reward is None:
+            return f"✅  {benchmark}"
+        return f"✅  {benchmark}  {self.state.reward:.4f}"
+
+    __str__ = __repr__
+
+
+def action_space() -> Commandline:
+    """The 124 catalog passes as CompilerGym's ``PassesAll`` space (names and flags: ``"-mem2reg"``)."""
+    return Commandline([CommandlineFlag(p.flag, p.flag, f"LLVM 19: {p.pipeline}") for p in PASSES], name="PassesAll")
+
+
+class LlvmEnv(CompilerEnv):
+    """CompilerGym 0.2.5's ``llvm-v0`` (see the package docstring). Everything CompilerGym's ``LlvmEnv`` has for
+    pass ordering, without its gRPC service: ``reset`` returns the observation (or None), ``step`` /
+    ``multistep`` return ``(observation, reward, done, info)``.
+
+    Args:
+        benchmark: a URI (``benchmark://examples-v0/matmul``, a registered dataset's), a path, or a
+            :class:`Benchmark`; default: the first benchmark of ``datasets``.
+        observation_space, reward_space: names (or specs) of the default observation and reward; None: none.
+        datasets: the datasets to name benchmarks from (default: examples, generators, registered datasets).
+        engine, encoder: as :class:`behavioral_pq.env.llvm.LlvmEnv`.
+    """
+
+    metadata = {"render_modes": ["human", "ansi"], "render.modes": ["human", "ansi"]}   # gymnasium's, gym's key
+
+    def __init__(self, benchmark: Optional[Union[str, Benchmark]] = None, observation_space=None,
+                 reward_space=None, action_space: Optional[str] = None, *, datasets=None, engine=None,
+                 encoder=None):
+        self._core = CoreEnv(engine=engine, encoder=encoder)
+        self._datasets = Datasets(datasets if datasets is not None else default_datasets())
+        self._action_space = globals()["action_space"]()
+        if action_space not in (None, self._action_space.name):
+            raise LookupError(f"unknown action space {action_space!r}; the only one is 'PassesAll'")
+        self.observation = ObservationView(self, observation_specs())
+        self.reward = RewardView(llvm_rewards(), self.observation)
+        self._cache: Dict[Any, Any] = {}
+        self._in_episode = False
+        self._actions: List[int] = []
+        self._next_benchmark: Optional[Benchmark] = None
+        self._benchmark_in_use: Optional[Benchmark] = None
+        self.benchmark = benchmark if benchmark is not None else next(iter(self._datasets.benchmarks()))
+        self._benchmark_in_use = self._next_benchmark
+        self.episode_reward: Optional[float] = None
+        self.episode_start_time = time.time()
+        self._observation_space_spec: Optional[ObservationSpaceSpec] = None
+        self._reward_space_spec: Optional[Reward] = None
+        self._reward_range = (-np.inf, np.inf)
+        self.observation_space = observation_space
+        self.reward_space = reward_space
+        self._runtime_count = 1
+        self._runtime_warmup = 0
+        self.buildtime_observation_count = 1
+
+    # -- spaces and benchmark ------------------------------------------------------------------------------------
+
+    @property
+    def action_space(self) -> Commandline:
+        return self._action_space
+
+    @action_space.setter
+    def action_space(self, space) -> None:
+        if isinstance(space, str) or space is None:
+            if space not in (None, "PassesAll"):
+                raise LookupError(f"unknown action space {space!r}; the only one is 'PassesAll'")
+            space = globals()["action_space"]()
+        self._action_space = space
+
+    @property
+    def action_spaces(self) -> List[Commandline]:
+        return [self._action_space]
+
+    @property
+    def observation_space_spec(self) -> Optional[ObservationSpaceSpec]:
+        return self._observation_space_spec
+
+    @observation_space_spec.setter
+    def observation_space_spec(self, spec: Optional[ObservationSpaceSpec]) -> None:
+        self._observation_space_spec = spec
+
+    @property
+    def observation_space(self):
+        """The default observation's space (None when there is none); set it by name, spec or None."""
+        return self._observation_space_spec.space if self._observation_space_spec else None
+
+    @observation_space.setter
+    def observation_space(self, space: Optional[Union[str, ObservationSpaceSpec]]) -> None:
+        self._observation_space_spec = self._observation_spec(space) if space else None
+
+    @property
+    def reward_space_spec(self) -> Optional[Reward]:
+        return self._reward_space_spec
+
+    @reward_space_spec.setter
+    def reward_space_spec(self, reward: Optional[Reward]) -> None:
+        self._reward_space_spec = reward
+
+    @property
+    def reward_space(self) -> Optional[Reward]:
+        """The default reward (None when there is none); set it by name, Reward or None."""
+        return self._reward_space_spec
+
+    @reward_space.setter
+    def reward_space(self, space: Optional[Union[str, Reward]]) -> None:
+        name = space.name if isinstance(space, Reward) else space
+        if not name:
+            self._reward_space_spec, self._reward_range = None, (-np.inf, np.inf)
+            return
+        if name not in self.reward.spaces:
+            raise UnknownSpaceError(f"Reward space not found: {name} (known: {', '.join(self.reward.spaces)})")
+        if self._reward_space_spec is not None and name == self._reward_space_spec.name:
+            return
+        self._reward_space_spec = self.reward.spaces[name]
+        self._reward_range = (self._reward_space_spec.min, self._reward_space_spec.max)
+        if self.in_episode:
+            self.episode_reward = 0.0
+
+    @property
+    def reward_range(self):
+        return self._reward_range
+
+    @reward_range.setter
+    def reward_range(self, value) -> None:
+        self._reward_range = tuple(value)
+
+    @property
+    def datasets(self) -> Datasets:
+        return self._datasets
+
+    @property
+    def benchmark(self) -> Optional[Benchmark]:
+        """The benchmark of this episode; setting it takes effect at the next ``reset()``."""
+        return self._benchmark_in_use
+
+    @benchmark.setter
+    def benchmark(self, benchmark: Union[str, Benchmark, Path]) -> None:
+        if self.in_episode:
+            warnings.warn("Changing the benchmark has no effect until reset() is called", stacklevel=2)
+        if isinstance(benchmark, Benchmark):
+            self._next_benchmark = benchmark
+        elif isinstance(benchmark, (str, Path)):
+            self._next_benchmark = self._datasets.benchmark(benchmark)
+        else:
+            raise TypeError(f"expected a Benchmark or str, received {type(benchmark).__name__!r}")
+
+    @property
+    def in_episode(self) -> bool:
+        return self._in_episode
+
+    @property
+    def actions(self) -> List[int]:
+        return self._actions
+
+    @property
+    def episode_walltime(self) -> float:
+        return time.time() - self.episode_start_time
+
+    @property
+    def version(self) -> str:
+        return __version__
+
+    @property
+    def compiler_version(self) -> str:
+        return llvm_tool_version("opt")
+
+    @property
+    def runtime_observation_count(self) -> int:
+        """How many timed runs a ``Runtime`` observation makes (default 1)."""
+        return self._runtime_count
+
+    @runtime_observation_count.setter
+    def runtime_observation_count(self, n: int) -> None:
+        if int(n) < 1:
+            raise ValueError(f"runtimes_per_observation_count must be >= 1. Received: {n}")
+        self._runtime_count = int(n)
+
+    @property
+    def runtime_warmup_runs_count(self) -> int:
+        """How many untimed runs come before a ``Runtime`` observation's timed ones (default 0)."""
+        return self._runtime_warmup
+
+    @runtime_warmup_runs_count.setter
+    def runtime_warmup_runs_count(self, n: int) -> None:
+        if int(n) < 0:
+            raise ValueError(f"warmup_runs_count_per_runtime_observation must be >= 0. Received: {n}")
+        self._runtime_warmup = int(n)
+
+    # -- episodes ------------------------------------------------------------------------------------------------
+
+    def reset(self, benchmark: Optional[Union[str, Benchmark]] = None, action_space: Optional[str] = None,
+              reward_space=UNCHANGED, observation_space=UNCHANGED, timeout: float = 300, *,
+              seed: Optional[int] = None, options: Optional[dict] = None):
+        """Start an episode (on ``benchmark`` when given, else the one set last); returns the default observation
+        (None without one)."""
+        super().reset(seed=seed)
+        if seed is not None:
+            self.action_space.seed(seed)
+        if observation_space is not UNCHANGED:
+            self.observation_space = observation_space
+        if reward_space is not UNCHANGED:
+            self.reward_space = reward_space
+        if action_space is not None:
+            self.action_space = action_space
+        benchmark = benchmark if benchmark is not None else (options or {}).get("benchmark")
+        if benchmark is not None:
+            self._in_episode = False          # no warning: the new benchmark is used now
+            self.benchmark = benchmark
+        if self._next_benchmark is None:
+            raise TypeError("no benchmark set: env.reset(benchmark=...); env.datasets lists the benchmarks")
+        self._benchmark_in_use = self._next_benchmark
+        self._core.reset(benchmark=self._benchmark_in_use.load(self._core.engine))
+        self._in_episode = True
+        self._actions = []
+        self.episode_start_time = time.time()
+        self.reward.reset(benchmark=self._benchmark_in_use, observation_view=self.observation)
+        self.episode_reward = 0.0 if self.reward_space else None
+        if self._observation_space_spec is not None:
+            return self.observation[self._observation_space_spec.id]
+        return None
+
+    def step(self, action, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
+             timeout: float = 300):
+        """One action; ``(observation, reward, done, info)``. A list of actions is taken as ``multistep`` (with
+        CompilerGym's DeprecationWarning). Before any ``reset()``, starts an episode."""
+        if isinstance(action, IterableType) and not isinstance(action, (str, bytes)) \
+                and np.ndim(action) > 0:
+            warnings.warn("Argument `action` of CompilerEnv.step no longer accepts a list of actions. "
+                          "Please use CompilerEnv.multistep instead", category=DeprecationWarning, stacklevel=2)
+            return self.multistep(action, observation_spaces=observation_spaces, reward_spaces=reward_spaces,
+                                  observations=observations, rewards=rewards)
+        return self.multistep([action], observation_spaces=observation_spaces, reward_spaces=reward_spaces,
+                              observations=observations, rewards=rewards)
+
+    def multistep(self, actions: Iterable, observation_spaces=None, reward_spaces=None, observations=None,
+                  rewards=None, timeout: float = 300):
+        """Take ``actions`` in order. With ``observation_spaces`` / ``reward_spaces`` (names or specs) the
+        observation and reward are lists in that order, else the default space's value (or None)."""
+        if observations is not None:
+            warnings.warn("Argument `observations` of CompilerEnv.multistep has been renamed "
+                          "`observation_spaces`. Please update your code", category=DeprecationWarning,
+                          stacklevel=2)
+            observation_spaces = observations
+        if rewards is not None:
+            warnings.warn("Argument `rewards` of CompilerEnv.multistep has been renamed `reward_spaces`. "
+                          "Please update your code", category=DeprecationWarning, stacklevel=2)
+            reward_spaces = rewards
+        if not self.in_episode:
+            self.reset()
+        actions = list(actions)
+        if observation_spaces:
+            obs_specs = [self._observation_spec(s) for s in observation_spaces]
+        else:
+            obs_specs = [self._observation_space_spec] if self._observation_space_spec else []
+        if reward_spaces:
+            reward_specs = [self._reward_spec(r) for r in reward_spaces]
+        else:
+            reward_specs = [self._reward_space_spec] if self._reward_space_spec else []
+        _, _, terminated, _, core_info = self._core.multistep(actions)
+        self._actions.extend(int(a) for a in self._core.actions[len(self._actions):])
+        if terminated:
+            self._in_episode = False
+            info = {"error_type": core_info["error"].split(":", 1)[0], "error_details": core_info["error"]}
+            observation_values = [spec.default_value for spec in obs_specs]
+            reward_values = [float(r.reward_on_error(self.episode_reward or 0.0)) for r in reward_specs]
+        else:
+            info = {"action_had_no_effect": core_info["action_had_no_effect"], "new_action_space": False}
+            observation_values = [self.observation[spec.id] for spec in obs_specs]
+            reward_values = [float(r.update(actions, [self.observation[o] for o in r.observation_spaces],
+                                            self.observation)) for r in reward_specs]
+            self.reward.previous_action = actions[-1] if actions else None
+        observation = observation_values if observation_spaces else (
+            observation_values[0] if obs_specs else None)
+        if reward_spaces:
+            reward = reward_values
+        elif reward_specs:
+            reward = reward_values[0]
+            self.episode_reward = (self.episode_reward or 0.0) + reward
+        else:
+            reward = None
+        return observation, reward, terminated, info
+
+    def close(self) -> None:
+        self._in_episode = False
+        self._core.close()
+
+    def render(self, mode: str = "human") -> Optional[str]:
+        """``"human"``: print the IR (CompilerGym's LLVM render); ``"ansi"``: the default observation as text."""
+        if mode == "human":
+            print(self.ir)
+            return None
+        if mode == "ansi":
+            if not self._observation_space_spec:
+                raise ValueError("cannot render without an observation space")
+            return str(self.observation[self._observation_space_spec.id])
+        raise ValueError(f"invalid render mode {mode!r}: 'human' or 'ansi'")
+
+    # -- state, forks, replay ------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> CompilerEnvState:
+        return CompilerEnvState(benchmark=str(self.benchmark) if self.benchmark else None,
+                                reward=self.episode_reward, walltime=self.episode_walltime,
+                                commandline=self.commandline())
+
+    def commandline(self, textformat: bool = False) -> str:
+        """The ``opt`` invocation of this episode's actions, in CompilerGym's form (its flags)."""
+        command = self.action_space.commandline(self.actions) if isinstance(self.action_space, Commandline) \
+            else " ".join(PASSES[a].flag for a in self.actions)
+        if textformat:
+            return f"opt {command} input.ll -S -o output.ll"
+        return f"opt {command} input.bc -o output.bc"
+
+    def commandline_to_actions(self, commandline: str) -> List[int]:
+        """The actions of a command line made by :meth:`commandline`; ValueError when it is malformed."""
+        if not commandline.startswith("opt "):
+            raise ValueError(f"invalid command line: `{commandline}`")
+        for tail in (" input.ll -S -o output.ll", " input.bc -o output.bc"):
+            if commandline.endswith(tail):
+                return self.action_space.from_commandline(commandline[len("opt "):-len(tail)])
+        raise ValueError(f"invalid command line: `{commandline}`")
+
+    def fork(self) -> "LlvmEnv":
+        """A new environment in this one's state (no pass is re-run: modules are immutable). Before ``reset()``,
+        starts an episode first."""
+        if not self.in_episode:
+            actions = list(self.actions)
+            self.reset()
+            if actions:
+                self.multistep(actions)
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._core = self._core.fork()
+        other._action_space = deepcopy(self._action_space)
+        other.observation = ObservationView(other, list(self.observation.spaces.values()))
+        other.reward = RewardView(list(deepcopy(self.reward.spaces).values()), other.observation)
+        other._reward_space_spec = other.reward.spaces[self.reward_space.name] if self.reward_space else None
+        other._actions = list(self._actions)
+        other._np_random = None
+        return other
+
+    def apply(self, state: CompilerEnvState) -> None:
+        """Replay ``state``'s actions (on its benchmark, when no episode runs); ValueError when a step fails."""
+        if not self.in_episode:
+            self.reset(benchmark=state.benchmark)
+        if self.benchmark != state.benchmark:
+            warnings.warn(f"applying a state of benchmark {state.benchmark!r} to an environment on "
+                          f"{self.benchmark!r}", stacklevel=2)
+        info: dict = {}
+        done = False
+        for action in self.commandline_to_actions(state.commandline):
+            _, _, done, info = self.step(action)
+            if done:
+                break
+        if done:
+            raise ValueError(f"environment terminated with error: `{info.get('error_details')}`")
+
+    def validate(self, state: Optional[CompilerEnvState] = None) -> ValidationResult:
+        """Replay ``state`` (default: this episode, in place) from the start and compare the reward."""
+        in_place = state is None
+        state = self.state if in_place else state
+        if not in_place:
+            self.reset(benchmark=state.benchmark)
+        result = ValidationResult(state=state, walltime=0.0)
+        start = time.time()
+        target = self if in_place else self.fork()
+        try:
+            target.reset(benchmark=state.benchmark)
+            try:
+                target.apply(state)
+            except (ValueError, OSError) as exc:
+                result.actions_replay_failed = True
+                result.errors.append(ValidationError("Action replay failed",
+                                                     {"exception": str(exc), "exception_type": type(exc).__name__}))
+            else:
+                if state.reward is not None and self.reward_space is None:
+                    warnings.warn("Validating state with reward, but environment has no reward space set",
+                                  stacklevel=2)
+                if state.reward is not None and self.reward_space is not None and self.reward_space.deterministic:
+                    result.reward_validated = True
+                    if not math.isclose(state.reward, target.episode_reward, rel_tol=1e-5, abs_tol=1e-10):
+                        result.reward_validation_failed = True
+                        result.errors.append(ValidationError(
+                            f"Expected reward {state.reward} but received reward {target.episode_reward}",
+                            {"expected_reward": state.reward, "actual_reward": target.episode_reward}))
+        finally:
+            if not in_place:
+                target.close()
+        result.walltime = time.time() - start
+        return result
+
+    def __copy__(self):
+        raise TypeError("CompilerEnv instances do not support shallow copies. Use deepcopy()")
+
+    def __deepcopy__(self, memo) -> "LlvmEnv":
+        return self.fork()
+
+    # -- LLVM extras ---------------------------------------------------------------------------------------------
+
+    @property
+    def ir(self) -> str:
+        return self.observation["Ir"]
+
+    @property
+    def ir_sha1(self) -> str:
+        return self.observation["IrSha1"]
+
+    def write_ir(self, path: Union[str, Path]) -> Path:
+        path = Path(path).expanduser()
+        path.write_text(self.ir)
+        return path
+
+    def write_bitcode(self, path: Union[str, Path]) -> Path:
+        path = Path(path).expanduser()
+        self._require_episode()
+        path.write_bytes(self._core._module.bitcode)
+        return path
+
+    def make_benchmark(self, inputs, copt: Optional[List[str]] = None, system_includes: bool = True,
+                       timeout: int = 600) -> Benchmark:
+        """See :func:`make_benchmark`."""
+        return make_benchmark(inputs, copt=copt, system_includes=system_includes, timeout=timeout,
+                              engine=self._core.engine)
+
+    def make_benchmark_from_command_line(self, cmd: Union[str, List[str]], replace_driver: bool = True,
+                                         system_includes: bool = True, timeout: int = 600):
+        """See :func:`~behavioral_pq.env.compiler_gym.benchmarks.make_benchmark_from_command_line`."""
+        return make_benchmark_from_command_line(cmd, replace_driver=replace_driver, system_includes=system_includes,
+                                                timeout=timeout, engine=self._core.engine)
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def _observation_spec(self, space: Union[str, ObservationSpaceSpec]) -> ObservationSpaceSpec:
+        if isinstance(space, ObservationSpaceSpec):
+            return space
+        if space in UNSUPPORTED:
+            refuse(space)
+        if space not in self.observation.spaces:
+            raise UnknownSpaceError(f"Observation space not found: {space} (known: "
+                                    f"{', '.join(self.observation.spaces)})")
+        return self.observation.spaces[space]
+
+    def _reward_spec(self, space: Union[str, Reward]) -> Reward:
+        if isinstance(space, Reward):
+            return space
+        if space not in self.reward.spaces:
+            raise UnknownSpaceError(f"Reward space not found: {space} (known: {', '.join(self.reward.spaces)})")
+        return self.reward.spaces[space]
+
+    def _require_episode(self) -> None:
+        if not self.in_episode:
+            raise RuntimeError("call reset() first (no episode is running)")
+
+    def _observe(self, spec: ObservationSpaceSpec):
+        self._require_episode()
+        if spec.base_id is not None:                 # a derived space (ObservationView.add_derived_space)
+            return spec.translate(self._observe(self.observation.spaces[spec.base_id]))
+        return COMPUTE[spec.id](self, self._core._module, self._core._initial)
+
+    def _cached(self, name: str, module: Module, compute):
+        key = (name, module.sha256)
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+
+def compute_observation(observation_space: ObservationSpaceSpec, bitcode: Union[str, Path],
+                        timeout: float = 300):
+    """The ``observation_space`` observation of the module in the file ``bitcode`` (``.bc`` or ``.ll``), without
+    an environment of one's own. FileNotFoundError for a missing file, ValueError for an unknown space."""
+    path = Path(bitcode)
+    if not path.is_file():
+        raise FileNotFoundError(str(path))
+    if observation_space.id not in COMPUTE and observation_space.id not in UNSUPPORTED:
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", observation_space.id).upper()
+        raise ValueError(f"Invalid observation space name: {name}")
+    with LlvmEnv(benchmark=Benchmark(f"file://{path.resolve()}", path)) as env:
+        env.reset()
+        return env.observation[observation_space.id]
+
+
+#: The environments CompilerGym 0.2.5 registers for LLVM, and their default observation and reward spaces:
+#: ``llvm-v0``, ``llvm-{ic,codesize}-v0``, ``llvm-{autophase,ir}-{ic,codesize}-v0``.
+LLVM_ENVS: Dict[str, dict] = {"llvm-v0": {}}
+for _reward, _reward_space in {"ic": "IrInstructionCountOz", "codesize": "ObjectTextSizeOz"}.items():
+    LLVM_ENVS[f"llvm-{_reward}-v0"] = {"reward_space": _reward_space}
+    for _observation, _observation_space in {"autophase": "Autophase", "ir": "Ir"}.items():
+        LLVM_ENVS[f"llvm-{_observation}-{_reward}-v0"] = {"observation_space": _observation_space,
+                                                          "reward_space": _reward_space}
+
+
+def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
+    """``compiler_gym.make("llvm-ic-v0", benchmark=..., observation_space=..., reward_space=...)``: the
+    environment itself, unwrapped (keyword arguments override the id's default spaces)."""
+    if env_id not in LLVM_ENVS:
+        raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
+    env = LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
+    if env_id in gymnasium.registry:
+        env.spec = deepcopy(gymnasium.spec(env_id))      # wrappers (TimeLimit) edit it: not the registry's
+    return env
+
+
+__all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
+           "LlvmEnv", "ValidationResult", "action_space", "compute_observation", "make"]
