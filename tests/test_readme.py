@@ -47,6 +47,8 @@ def test_make_test_sets_up_only_when_a_build_input_changed(tmp_path):
         (tmp_path / name).write_text("")
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "setup.sh").write_text("mkdir -p .venv && echo ran >> setup-runs\n")
+    (tmp_path / "behavioral_pq" / "env").mkdir(parents=True)
+    (tmp_path / "behavioral_pq" / "env" / "gym.py").write_text("")
 
     def setups():
         subprocess.run(["make", "setup"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
@@ -58,3 +60,9 @@ def test_make_test_sets_up_only_when_a_build_input_changed(tmp_path):
     (tmp_path / "src/native/engine.cpp").write_text("// changed")
     assert setups() == 2
     assert setups() == 2
+    time.sleep(1.1)
+    (tmp_path / "behavioral_pq" / "env" / "gym.py").write_text("x = 1")    # a Python edit: no reinstall
+    assert setups() == 2
+    (tmp_path / "behavioral_pq" / "env" / "gym.py").rename(tmp_path / "behavioral_pq" / "env" / "gym2.py")
+    assert setups() == 3           # a module moved: the editable install's map of modules must be made again
+    assert setups() == 3
