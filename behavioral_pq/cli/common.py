@@ -28,7 +28,9 @@ Environment: BPQ_WORKERS (worker processes), BPQ_TIMEOUT (seconds per pipeline r
 PROGRAM_EPILOG = """\
 programs: one FILE, or several compiled and linked into one module (bpq features tok.c main.c -I include);
 -I/-D/--cflags go to clang; --compile-commands build/compile_commands.json takes each FILE's recorded flags
-(with no FILE: every unit it lists, linked).
+(with no FILE: every unit it lists, linked); --compile-commands DB --program NAME takes one program of a project
+(the unit with NAME's main and the units it needs). embed and predict take each FILE as its own module unless
+--link, --compile-commands or --program make them one program.
 """
 
 
