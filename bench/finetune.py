@@ -49,7 +49,7 @@ def main() -> int:
     train, valid, test = splits == "train", splits == "valid", splits == args.split
     kinds = Corpus(args.store).program_kinds()
     y = np.asarray(items.oz_benefit(), np.float64)
-    codes = encoder.spectra_codes(items.spectra, items.autophase)
+    codes = encoder.model_inputs(items.spectra, items.autophase)
     X = embeddings(items, encoder)
     masks = slices([kinds.get(h, "small") for h in np.array(items.ids)[test]], items.instruction_count[test])
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -28,14 +28,18 @@ from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _held_o
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
+    LinearBestPassProbe,
+    LinearOzProbe,
     OzBenefitRegressor,
     PriorClassifier,
     PriorRegressor,
     TrainSettings,
+    capture,
     knn_top1,
     top_k_accuracy,
 )
 from behavioral_pq.tasks.finetune import FineTuneSettings
+from behavioral_pq.tasks.ir2vec import ir2vec_vectors, lower_syntax
 from behavioral_pq.tasks.predictors import PassScore, load_predictor, train_predictor
 from behavioral_pq.training.pretraining import PretrainConfig, TrainingConfig, pretrain
 
@@ -111,6 +115,71 @@ def test_knn_vote_follows_the_neighbourhood():
     assert knn_top1(noise[:1000], sets[:1000], noise[1000:], sets[1000:], num_classes=6, k=5) < 0.5
 
 
+def test_capture_is_the_share_of_the_best_reduction_the_prediction_achieves():
+    ic = np.array([100, 100, 50, 40])
+    after = np.array([[90, 60, 100],        # best reduction 40; predicted pass 0 removes 10: 0.25
+                      [90, 60, 100],        # predicted pass 2 grows the module by 0: 100 -> 100: 0
+                      [50, 55, 50],         # no pass reduces: left out
+                      [30, 20, 45]])        # predicted "no pass" (index 3): 0 of 20
+    scores = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    assert capture(scores, ic, after) == pytest.approx((0.25 + 0.0 + 0.0) / 3)
+    best = np.array([[0.0, 1.0, 0.0, 0.0]] * 4)                 # pass 1 is the best of rows 0, 1 and 3
+    assert capture(best, ic, after) == pytest.approx(1.0)
+    grows = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0] * 4, [0.0, 0.0, 1.0, 0.0]])
+    assert capture(grows[3:], ic[3:], after[3:]) == pytest.approx(-5 / 20)   # a pass that grows it counts against
+    assert np.isnan(capture(scores[2:3], ic[2:3], after[2:3]))
+    with pytest.raises(ValueError, match="score rows"):
+        capture(scores[:2], ic, after)
+
+
+def test_linear_probes_choose_their_penalty_by_grouped_cross_validation():
+    X, sets, y = synthetic()
+    groups = [f"p{i % 60}" for i in range(len(X))]
+    probe = LinearBestPassProbe(num_classes=6).fit(X[:1000], sets[:1000], groups[:1000])
+    assert probe.score(X[1000:], sets[1000:], 1) >= 0.9
+    assert probe.chosen_ in probe.grid and len(probe.cv_scores_) == len(probe.grid)
+    assert probe.cv_scores_[0] < probe.cv_scores_[-1]         # C = 0.001 flattens every logit: chance
+    p = probe.predict_proba(X[:5])
+    assert p.shape == (5, 6) and np.allclose(p.sum(axis=1), 1.0) and not p[:, 5].any()   # class 5 never seen
+    # the tie {3, 4} is spread over its members: both keep probability in cluster 3
+    tie = np.array([s == [3, 4] for s in sets[1000:]])
+    in_tie = probe.predict_proba(X[1000:][tie])
+    assert in_tie[:, 3].mean() > 0.2 and in_tie[:, 4].mean() > 0.2
+    ridge = LinearOzProbe().fit(X[:1000], y[:1000], groups[:1000])
+    prior = PriorRegressor().fit(None, y[:1000]).score(X[1000:], y[1000:])
+    assert ridge.score(X[1000:], y[1000:]) < 0.7 * prior and ridge.chosen_ in ridge.grid
+    assert ridge.predict(X[:3]).dtype == np.float32
+    with pytest.raises(ValueError, match="two groups"):
+        LinearOzProbe().fit(X[:50], y[:50], ["one"] * 50)
+    with pytest.raises(ValueError, match="features"):
+        ridge.predict(X[:2, :5])
+    with pytest.raises(RuntimeError, match="not fitted"):
+        LinearOzProbe().predict(X[:2])
+
+
+def test_ir2vec_reads_llvm19_modules_once_their_newer_syntax_is_lowered():
+    """IR2Vec 2.1.1 parses LLVM 16 IR: optimized LLVM 19 modules fail as written and are read once lowered."""
+    assert lower_syntax("%2 = zext nneg i32 %1 to i64\n%3 = trunc nuw nsw i64 %2 to i32\n%4 = or disjoint i64 %2, 1"
+                        ) == "%2 = zext i32 %1 to i64\n%3 = trunc i64 %2 to i32\n%4 = or i64 %2, 1"
+    assert lower_syntax("getelementptr inbounds nuw i8, ptr %p, i64 4 ; getelementptr nusw i8") == \
+        "getelementptr inbounds i8, ptr %p, i64 4 ; getelementptr i8"
+    assert lower_syntax("declare range(i32 0, 33) i32 @llvm.ctlz.i32(i32, i1)") == "declare i32 @llvm.ctlz.i32(i32, i1)"
+    assert lower_syntax("define void @f(ptr dead_on_unwind writable sret(i32) %0)") == \
+        "define void @f(ptr sret(i32) %0)"
+    modules = [bpq.load_module(p) for p in sorted(EXAMPLES.glob("*.c"))]
+    modules += [bpq.optimize(m, "Oz") for m in modules]
+    texts = [m.text() for m in modules]
+    vectors, errors = ir2vec_vectors(texts)
+    assert errors == [None] * len(texts) and vectors.shape == (len(texts), 300) and np.isfinite(vectors).all()
+    assert len({v.tobytes() for v in vectors}) == len(texts)          # every module its own vector
+    raw, raw_errors = ir2vec_vectors(texts, lower=False)
+    failed = [i for i, e in enumerate(raw_errors) if e is not None]
+    assert failed and min(failed) >= len(texts) // 2                  # some -Oz modules; no -O0 one
+    assert "expected type" in str(raw_errors[failed[0]]) and np.isnan(raw[failed]).all()
+    kept = [i for i in range(len(texts)) if i not in failed]
+    assert np.allclose(raw[kept], vectors[kept])                      # the others are read as before
+
+
 def test_next_pass_labels_have_an_explicit_no_pass_class():
     assert next_pass_labels(10, [12, 8, 8, 10]) == [1, 2]
     assert next_pass_labels(10, [10, 11, 10, 12]) == [NO_PASS]      # nothing reduces: not a tie of no-ops
@@ -154,10 +223,14 @@ def world(tmp_path_factory):
     pretrain(store, root / "kmeans", PretrainConfig(
         model={"preset": "tiny", "num_subspaces": 1, "sub_embedding_size": 64},
         training=TrainingConfig(**training, quantizer_subspaces=1)), probes=probes, modules_like=root / "run")
+    pretrain(store, root / "spectrum", PretrainConfig(model={"preset": "tiny", "input_kind": "spectrum"},
+                                                      training=TrainingConfig(**training)),
+             probes=probes, modules_like=root / "run")
     items = module_items(store, probes)
     build_states(store, root / "states", items.ids, probes=probes, random_states=1, oz_states=1, workers=2)
     return {"root": root, "store": store, "probes": probes, "probe_set": probe_set, "states": root / "states",
-            "encoder": load_encoder(root / "run" / "encoder"), "kmeans": root / "kmeans" / "encoder"}
+            "encoder": load_encoder(root / "run" / "encoder"), "kmeans": root / "kmeans" / "encoder",
+            "spectrum": root / "spectrum" / "encoder"}
 
 
 def test_states_are_reproducible_and_their_prefix_recreates_them(world, engine):
@@ -277,20 +350,67 @@ def test_fine_tuned_predictor_trains_the_encoder_saves_it_and_predicts_with_it(w
         load_predictor(tmp_path / "tuned", encoder=load_encoder(world["kmeans"]))
 
 
+def test_a_spectrum_encoder_fine_tunes_through_its_rows_and_predicts_with_them(world, tmp_path):
+    """A fine-tuned predictor on an encoder of input_kind "spectrum" trains on the reaction rows (no codes) and the
+    public API embeds with the tuned weights."""
+    encoder = load_encoder(world["spectrum"])
+    assert encoder.reads_spectrum and encoder.model_inputs(np.zeros((1, 16, 56), np.float32),
+                                                           np.zeros((1, 56))).dtype == np.float32
+    summary = train_predictor("oz-benefit", world["store"], tmp_path / "tuned", encoder=encoder, settings=FAST,
+                              fine_tune=FineTuneSettings(max_epochs=2, patience=2, batch_size=16))
+    tuned = load_predictor(tmp_path / "tuned", encoder=encoder)
+    valid = module_items(world["store"], world["probes"]).split("valid")
+    tuned_x = embeddings(valid, tuned.encoder)
+    assert np.abs(tuned_x - embeddings(valid, encoder)).max() > 1e-4                 # the weights moved
+    assert tuned.estimator.score(tuned_x, valid.oz_benefit()) == pytest.approx(
+        summary["metrics"]["valid_mae_points"], abs=1e-3)
+    value = bpq.predict_oz_benefit(EXAMPLES / "matmul.c", predictor=tuned)
+    assert value == pytest.approx(float(tuned.estimator.predict(tuned.encoder.embed(EXAMPLES / "matmul.c")[None])[0]),
+                                  abs=1e-6)
+
+
 def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
-    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST)
+    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST, ir2vec=True)
     report = evaluate(world["store"], tmp_path / "report", states=world["states"], encoder=world["encoder"],
-                      ablations={"kmeans": world["kmeans"]}, config=config)
-    methods = ["prior", "autophase", "instcount", "raw-spectrum", "pqbert", "no-transformer", "kmeans"]
+                      ablations={"kmeans": world["kmeans"], "spectrum-input": world["spectrum"]}, config=config)
+    methods = ["prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "pqbert",
+               "no-transformer", "kmeans", "spectrum-input"]
     assert list(report["representations"]) == methods
     for task in ("task1", "task1b", "oz"):
         assert all(m in report["tasks"][task] for m in methods)
     assert len(report["tasks"]["task1b"]["pqbert"]["runs"]) == 2
     assert report["representations"]["raw-spectrum"] == 16 * 56
+    assert report["representations"]["spectrum+autophase"] == 16 * 56 + 56
+    assert report["representations"]["ir2vec"] == 300
+    assert set(report["items"]["ir2vec_failed"].values()) == {0}          # every module and replayed state read
+    # the linear probe: one deterministic head per representation, the same as fitting it by hand
+    modules = head_parts(module_items(world["store"], world["probes"]), {})
+    fit = [modules["train"], modules["valid"]]
+    log1p = lambda part: np.log1p(np.maximum(part.autophase, 0)).astype(np.float32)  # noqa: E731
+    X = np.concatenate([log1p(p) for p in fit])
+    probe = LinearOzProbe().fit(X, np.concatenate([p.oz_benefit() for p in fit]), sum((p.groups for p in fit), []))
+    expected = probe.score(log1p(modules["test"]), modules["test"].oz_benefit())
+    assert report["tasks"]["oz"]["autophase"]["linear"]["mae"] == pytest.approx(expected)
+    for m in methods[1:]:
+        linear = report["tasks"]["task1b"][m]["linear"]
+        assert 0.0 <= linear["top1"] <= linear["top5"] <= 1.0 and linear["C"] > 0 and linear["capture"] <= 1.0
+        assert report["tasks"]["task1"][m]["linear"]["top1"] >= 0.0 and "linear" in report["tasks"]["oz"][m]
+    assert "linear" not in report["tasks"]["oz"]["prior"]
+    # capture: every run has its own; the states of each kind add up to the test states
+    states = head_parts(state_items(world["states"]), {})["test"]
+    for m in methods:
+        runs = report["tasks"]["task1b"][m]["runs"]
+        assert all(-1.0 <= r["capture"] <= 1.0 for r in runs)
+    assert report["tasks"]["task1b"]["_by_kind"] and all(
+        "capture" in v and "prior_capture" in v for v in report["tasks"]["task1b"]["_by_kind"].values())
+    assert sum(v["items"] for v in report["tasks"]["task1b"]["_by_kind"].values()) == len(states)
     text = (tmp_path / "report" / "report.md").read_text()
     for m in methods:
         assert f"| {m} |" in text
     assert "Task 1b" in text and "Targets" in text and "Confusion" in text
+    assert "One linear head on every representation" in text and "linear capture" in text
+    assert "oz (linear probe): PQ-BERT MAE <= raw spectrum's" in text
+    assert "oz: PQ-BERT MAE below ir2vec's by > 3x seed spread" in text
     assert (tmp_path / "report" / "tsne-task1b.png").stat().st_size > 10_000
     saved = json.loads((tmp_path / "report" / "report.json").read_text())
     assert {c["target"].split(":")[0] for c in saved["targets"]} >= {"task1b top1", "task1b top5", "oz"}

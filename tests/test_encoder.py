@@ -23,7 +23,7 @@ from behavioral_pq.embedding.encoder import default_checkpoint, load_encoder
 from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_codes, masked_lm_loss
 from behavioral_pq.embedding.probes import random_probes
 from behavioral_pq.embedding.quantizer import Quantizer
-from behavioral_pq.errors import CheckpointError, ConfigError, InvalidIRError, QuantizerError
+from behavioral_pq.errors import CheckpointError, ConfigError, InvalidIRError, PretrainError, QuantizerError
 from behavioral_pq.training.pretraining import (
     CodeStream,
     PretrainConfig,
@@ -211,7 +211,8 @@ def test_model_rejects_wrong_shapes_and_configs():
 def synthetic_run(path: Path, modules=512, probes=16, seed=0, noise=False) -> Path:
     """A prepared run folder with structured codes: each module draws a latent k; code[p, m] = (k + 7m) mod 256
     for every probe p (probes that react alike), so a masked code is predictable from the rest of the module, and
-    not from its position alone. ``noise``: independent random codes instead (nothing predicts a masked one)."""
+    not from its position alone. ``noise``: independent random codes instead (nothing predicts a masked one).
+    The rows next to them are the quantizer's decoding of those codes (so the codes are the rows' own codes)."""
     rng = np.random.default_rng(seed)
     (path / "codes").mkdir(parents=True)
     q, _ = fitted_quantizer(rows=12_000)
@@ -225,7 +226,9 @@ def synthetic_run(path: Path, modules=512, probes=16, seed=0, noise=False) -> Pa
         codes = np.broadcast_to((k[:, None, None] + 7 * m[None, None, :]) % 256, (n, probes, 8)).astype(np.uint8)
         if noise:
             codes = rng.integers(0, 256, size=(n, probes, 8), dtype=np.uint8)
-        table = pa.table({"sha256": [f"{name}{i:06d}" for i in range(n)], "codes": [c.tobytes() for c in codes]})
+        rows = q.decode(codes.reshape(-1, 8)).reshape(n, probes, 56)
+        table = pa.table({"sha256": [f"{name}{i:06d}" for i in range(n)], "codes": [c.tobytes() for c in codes],
+                          "spectra": [r.tobytes() for r in rows]})
         pq.write_table(table, path / "codes" / f"{name}.parquet", row_group_size=64)
 
     write("train", modules)
@@ -366,6 +369,138 @@ def test_pretrain_config_files(tmp_path):
     bad.write_text("[training\n")
     with pytest.raises(ConfigError, match="TOML"):
         PretrainConfig.load(bad)
+
+
+# -- continuous inputs (input_kind "spectrum") ------------------------------------------------------------------
+
+
+def spectrum_model(num_probes=12, seed=0):
+    torch.manual_seed(seed)
+    model = PQBert(PQBertConfig.preset("tiny", num_probes=num_probes, input_kind="spectrum")).eval()
+    rng = np.random.default_rng(seed)
+    model.set_input_statistics(rng.normal(size=(num_probes, 56)), rng.uniform(0.5, 2.0, size=(num_probes, 56)))
+    return model
+
+
+def test_spectrum_model_reads_the_values_and_masked_rows_show_none():
+    """A model of input_kind "spectrum" reads each row's 56 values; a masked row's values reach nothing."""
+    model = spectrum_model()
+    rows = torch.from_numpy(np.random.default_rng(1).normal(size=(3, 12, 56)).astype(np.float32))  # (3, 12, 56)
+    masked = torch.zeros(3, 12, dtype=torch.bool)
+    masked[:, [2, 7]] = True
+    with torch.no_grad():
+        logits = model(rows, masked)                                                   # (3, 12, 8, 256)
+        assert logits.shape == (3, 12, 8, 256)
+        nudged = rows.clone()
+        nudged[0, 4, 10] += 0.05                                                       # one value, unmasked row
+        changed = model(nudged, masked)
+        assert not torch.allclose(changed[0], logits[0], atol=1e-6)
+        assert not torch.allclose(changed[0, 2], logits[0, 2], atol=1e-6)   # the masked row's logits read it
+        assert torch.equal(changed[1:], logits[1:])                          # other modules are untouched
+        hidden = rows.clone()
+        hidden[:, 2] = torch.randn(3, 56) * 100                              # masked rows: any values
+        hidden[:, 7] = float("nan")
+        assert torch.equal(model(hidden, masked), logits)
+        assert torch.isfinite(model.embed(rows)).all()
+        assert not torch.equal(model.embed(rows), model.embed(hidden.nan_to_num(0.0)))   # unmasked, they count
+        # the input statistics standardize the rows: shifting both by the same amount changes nothing
+        model.input_mean += 1.0
+        assert torch.allclose(model(rows + 1.0, masked), logits, atol=1e-5)
+    with pytest.raises(ValueError, match="float reaction rows"):
+        model(torch.zeros((1, 12, 56), dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(B, 12, 56\)"):
+        model(torch.zeros((1, 12, 8)))
+    with pytest.raises(ValueError, match="masked must be bool"):
+        model(rows, masked[:, :5])
+    with pytest.raises(ValueError, match="not a row mask"):
+        PQBert(PQBertConfig.preset("tiny", num_probes=12))(torch.zeros((1, 12, 8), dtype=torch.long), masked[:1])
+    with pytest.raises(ValueError, match="shape"):
+        model.set_input_statistics(np.zeros((11, 56)), np.ones((11, 56)))
+    with pytest.raises(ValueError, match="reads codes"):
+        PQBert(PQBertConfig.preset("tiny")).set_input_statistics(np.zeros((100, 56)), np.ones((100, 56)))
+
+
+def test_spectrum_model_configs_are_checked():
+    with pytest.raises(ValueError, match="input_kind must be one of"):
+        PQBertConfig.preset("tiny", input_kind="rows")
+    for wrong in ({"value_inputs": True}, {"pooled_decoder": True}):
+        with pytest.raises(ValueError, match="reads no codes"):
+            PQBertConfig.preset("tiny", input_kind="spectrum", **wrong)
+    with pytest.raises(ValueError, match="reads no codes"):
+        PretrainConfig(model={"preset": "tiny", "input_kind": "spectrum"},
+                       training=TrainingConfig(pooled_weight=0.5)).model_config(16)
+    assert PQBertConfig.from_dict({"num_probes": 25}).input_kind == "codes"    # checkpoints made before the option
+    config = PretrainConfig.load(ROOT / "pretrain" / "every-size-module-m14-spectrum.toml")
+    model_config = config.model_config(25)
+    assert model_config.input_kind == "spectrum" and model_config.hidden_size == 224
+    assert config.training.reaction == "log-relative+module" and config.training.quantizer_subspaces == 14
+
+
+def test_spectrum_pretraining_learns_and_its_encoder_round_trips(tmp_path):
+    """Pretraining a spectrum model feeds it the stored rows (standardized with the train rows' statistics) and
+    asks it for the masked rows' codes; the loss falls, the checkpoint embeds through the rows alone (the quantizer
+    only names the targets) and loads back bit for bit."""
+    from behavioral_pq.embedding.encoder import Encoder
+    from behavioral_pq.training.pretraining import read_spectra, read_log, row_statistics
+
+    run = synthetic_run(tmp_path / "run", modules=256)
+    config = PretrainConfig(model={"preset": "tiny", "input_kind": "spectrum"}, training=tiny_config(
+        max_steps=80, eval_every=40, mask_probability=0.3).training)
+    summary = train(run, config)
+    losses = [float(r["train_loss"]) for r in read_log(run / "log.csv")]
+    assert losses[-1] < 0.9 * losses[0]                              # about 8 ln 256 = 44 at the start
+    assert summary["valid"]["accuracy_mean"] > 0.2                   # chance is 1/256; 0.61 when written
+    loaded = load_checkpoint(run / "encoder")
+    mean, scale = row_statistics(run / "codes" / "train.parquet")
+    assert torch.allclose(loaded.model.input_mean, torch.from_numpy(mean))
+    assert loaded.model.config.input_kind == "spectrum" and "sub_embeddings.0.weight" not in loaded.model.state_dict()
+    encoder = Encoder(loaded)
+    rows = read_spectra(run / "codes" / "valid.parquet")[:5]                          # (5, 16, 56)
+    vectors = encoder.embed_spectra(rows)
+    with torch.no_grad():
+        assert np.array_equal(vectors, loaded.model.embed(torch.from_numpy(rows)).numpy())
+    again = save_encoder(tmp_path / "again", loaded.model, loaded.quantizer, loaded.probe_set, corpus={}, seed=0,
+                         reaction="log-relative")
+    assert np.array_equal(load_encoder(again).embed_spectra(rows), vectors)
+
+    def no_quantizer(rows):
+        raise AssertionError("a spectrum encoder must not quantize its input")
+    encoder.quantizer.encode = no_quantizer
+    assert np.array_equal(encoder.embed_spectra(rows), vectors)
+    with pytest.raises(ValueError, match="not codes"):
+        encoder.embed_codes(np.zeros((1, 16, 8), np.uint8))
+
+
+def test_a_run_prepared_without_spectra_is_refused_for_a_spectrum_model(tmp_path):
+    run = synthetic_run(tmp_path / "run", modules=64)
+    for name in ("train", "valid", "test"):
+        path = run / "codes" / f"{name}.parquet"
+        pq.write_table(pq.read_table(path).drop(["spectra"]), path)
+    config = PretrainConfig(model={"preset": "tiny", "input_kind": "spectrum"}, training=tiny_config().training)
+    with pytest.raises(PretrainError, match="prepared without the spectra"):
+        train(run, config, max_steps=1)
+    assert train(run, tiny_config(max_steps=2, eval_every=2))["steps"] == 2      # a codes model needs none
+
+
+#: Embeddings of the shipped code-input encoders of seeded rows (computed before input_kind existed).
+SHIPPED_EMBEDDINGS = {
+    "pqbert-small-m14-s0": [1.3793683052062988, 1.0270155668258667, -1.6278239488601685, 2.2525179386138916],
+    "pqbert-small-s0": [-1.4113531112670898, 0.5536863803863525, -2.6401665210723877, 0.7280904650688171],
+}
+
+
+def test_code_input_checkpoints_embed_as_before():
+    from behavioral_pq.embedding.encoder import shipped
+
+    for name, first in SHIPPED_EMBEDDINGS.items():
+        encoder = load_encoder(shipped(name))
+        assert encoder.model.config.input_kind == "codes" and not encoder.reads_spectrum
+        rng = np.random.default_rng(42)
+        spectra = rng.normal(scale=0.5, size=(3, encoder.probe_set.num_probes, 56)).astype(np.float32)
+        original = rng.integers(0, 400, size=(3, 56))
+        vectors = encoder.embed_spectra(spectra, original)
+        assert vectors[0, :4].tolist() == pytest.approx(first, abs=1e-6)
+        assert np.array_equal(vectors, encoder.embed_codes(encoder.spectra_codes(spectra, original)))
 
 
 @pytest.mark.slow
@@ -535,9 +670,11 @@ def test_prepare_and_pretrain_from_a_corpus_store(tmp_path):
     vector = encoder.embed(module)
     assert vector.shape == (64,) and np.isfinite(vector).all()
     # the codes the run trained on are the encoder's own codes of the stored spectra
-    from behavioral_pq.training.pretraining import read_codes
+    from behavioral_pq.training.pretraining import read_codes, read_spectra
     stored = read_codes(tmp_path / "run" / "codes" / "train.parquet")
     assert stored.shape[1:] == (16, 8)
+    assert np.array_equal(encoder.quantizer.encode(read_spectra(tmp_path / "run" / "codes" / "train.parquet")
+                                                   .reshape(-1, 56)).reshape(stored.shape), stored)
     assert np.array_equal(encoder.codes(bpq.spectrum(module, probe_set)[None])[0],
                           encoder.codes(bpq.spectrum(module, encoder.probe_set)[None])[0])
     with pytest.raises(Exception, match="another configuration"):

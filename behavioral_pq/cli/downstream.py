@@ -143,6 +143,7 @@ def cmd_evaluate(args) -> int:
     except ValueError:
         raise ValueError(f"--seeds takes comma-separated integers, not {args.seeds!r}") from None
     config = EvaluationConfig(seeds=seeds, train_on=args.train_on, score_split=args.score_split,
+                              linear_probe=not args.no_linear_probe, ir2vec=args.ir2vec,
                               train=TrainSettings(max_epochs=args.max_epochs))
     say = None if args.quiet else (lambda line: print(f"[evaluate] {line}", file=sys.stderr, flush=True))
     report = evaluate(args.corpus, args.out, states=args.states, encoder=_encoder(args), ablations=ablations,
@@ -204,6 +205,12 @@ def add_parsers(sub) -> None:
                    help="split the heads are scored on: test (the report), or valid to choose an encoder or a "
                         "setting without reading test (the heads then stop early on a hashed eighth of the train "
                         "programs; default test)")
+    p.add_argument("--no-linear-probe", action="store_true",
+                   help="leave out the linear probe (logistic / ridge with inner cross-validation on every "
+                        "representation), which takes minutes per representation on a large store")
+    p.add_argument("--ir2vec", action="store_true",
+                   help="add IR2Vec program vectors as a baseline (the optional extra behavioral-pq[ir2vec]; "
+                        "states are replayed to read their IR)")
     p.add_argument("--json", action="store_true", help="print the target checks as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_evaluate)

@@ -1,5 +1,9 @@
 """``embed``: module -> spectrum (native core) -> codes (quantizer) -> PQ-BERT -> embedding.
 
+A checkpoint whose model reads the spectrum itself (``PQBertConfig.input_kind = "spectrum"``) skips the quantizer
+on the way in: module -> spectrum -> reaction rows -> PQ-BERT -> embedding (its quantizer is the vocabulary the
+model was pretrained to predict, kept with it).
+
     >>> import behavioral_pq as bpq
     >>> encoder = bpq.load_encoder()                 # the shipped checkpoint (cached)
     >>> encoder.embed(module).shape                  # float32 (D,)
@@ -120,20 +124,33 @@ class Encoder:
         n = len(spectra)
         return self.quantizer.encode(spectra.reshape(n * p, 56)).reshape(n, p, -1)
 
+    @property
+    def reads_spectrum(self) -> bool:
+        """Whether the model reads reaction rows (``input_kind="spectrum"``) rather than codes."""
+        return self.model.config.input_kind == "spectrum"
+
     def embed_codes(self, codes: np.ndarray, batch_size: int = 1) -> np.ndarray:
-        """Embeddings of codes: uint8 (N, P, M) -> float32 (N, D).
+        """Embeddings of codes: uint8 (N, P, M) -> float32 (N, D) (a model of input_kind "codes").
 
         ``batch_size=1`` (the default) runs one module per forward pass, so a module's embedding never depends on
         what it is batched with. Larger batches are several times faster on a loaded CPU; they may differ from
         it in the last bits (used for bulk evaluation data, see ``datasets.embeddings``).
         """
+        if self.reads_spectrum:
+            raise ValueError(f"{self.path}: this encoder reads reaction rows, not codes (use embed_spectra)")
+        return self.embed_inputs(codes, batch_size)
+
+    def embed_inputs(self, inputs: np.ndarray, batch_size: int = 1) -> np.ndarray:
+        """Embeddings of what the model reads (:meth:`model_inputs`): codes uint8 (N, P, M) or reaction rows
+        float32 (N, P, 56) -> float32 (N, D); ``batch_size`` as in :meth:`embed_codes`."""
         import torch
 
-        codes = np.asarray(codes)
-        out = np.zeros((len(codes), self.dim), np.float32)
+        inputs = np.asarray(inputs)
+        out = np.zeros((len(inputs), self.dim), np.float32)
+        dtype = np.float32 if self.reads_spectrum else np.int64
         with torch.inference_mode():
-            for start in range(0, len(codes), batch_size):
-                x = torch.from_numpy(codes[start:start + batch_size].astype(np.int64))       # (b, P, M)
+            for start in range(0, len(inputs), batch_size):
+                x = torch.from_numpy(inputs[start:start + batch_size].astype(dtype))  # (b, P, M) or (b, P, 56)
                 out[start:start + len(x)] = self.model.embed(x, self.pooling).numpy()
         return out
 
@@ -147,18 +164,35 @@ class Encoder:
             batch_size: modules per forward pass (see :meth:`embed_codes`).
         """
 
-        return self.embed_codes(self.spectra_codes(spectra, original), batch_size)
+        return self.embed_inputs(self.model_inputs(spectra, original), batch_size)
 
-    def spectra_codes(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
-        """The codes this encoder reads for log-relative spectra: float32 (N, P, 56) -> uint8 (N, P, M), after
-        the checkpoint's reaction (``original``: int (N, 56), needed unless it is "log-relative"); P + 1 rows of
-        codes for a "log-relative+module" encoder."""
+    def model_inputs(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
+        """What the model reads for log-relative spectra float32 (N, P, 56): their codes uint8 (N, P', M)
+        (:meth:`spectra_codes`), or, for a model of input_kind "spectrum", the reaction rows float32 (N, P', 56)
+        (:meth:`reaction_rows`)."""
+        if self.reads_spectrum:
+            return self.reaction_rows(spectra, original)
+        return self.spectra_codes(spectra, original)
+
+    def reaction_rows(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
+        """Log-relative spectra float32 (N, P, 56) expressed as the checkpoint's reaction: float32 (N, P', 56),
+        P' = P + 1 for "log-relative+module" (``original``: int (N, 56), needed unless it is "log-relative")."""
+        spectra = np.asarray(spectra, dtype=np.float32)
         if self.reaction != "log-relative":
             if original is None:
                 raise ValueError(f"{self.path}: this encoder reads {self.reaction} reactions; pass the modules' "
                                  "original Autophase as `original`")
             spectra = as_reaction(np.asarray(original)[:, None, :], spectra, self.reaction)
-        return self.codes(spectra)
+        p = self.model.config.num_probes
+        if spectra.ndim != 3 or spectra.shape[1:] != (p, 56):
+            raise ValueError(f"spectra must have shape (N, {p}, 56) as the model reads them, got {spectra.shape}")
+        return spectra
+
+    def spectra_codes(self, spectra: np.ndarray, original: Optional[np.ndarray] = None) -> np.ndarray:
+        """The codes of log-relative spectra: float32 (N, P, 56) -> uint8 (N, P', M), after the checkpoint's
+        reaction (``original``: int (N, 56), needed unless it is "log-relative"); P + 1 rows of codes for a
+        "log-relative+module" encoder."""
+        return self.codes(self.reaction_rows(spectra, original))
 
     def with_model(self, model, *, fine_tuned: bool = True) -> "Encoder":
         """This encoder (same checkpoint identity, quantizer and probe set) with other PQ-BERT weights: the encoder

@@ -5,17 +5,27 @@ Tasks (DESIGN.md section 9):
 - ``task1`` (the paper's): best pass of a module as built, 124-way, set-valued; Top-1 / Top-5. Near-trivial on
   LLVM 19 (``-sroa``/``-mem2reg`` win most modules), so it is always shown next to the prior.
 - ``task1b`` (the one that matters for guidance): best *next* pass from intermediate states, 125-way (the extra
-  class: no pass reduces the count); Top-1 / Top-5; splits by program.
+  class: no pass reduces the count); Top-1 / Top-5 and *capture* (the share of the best single pass's reduction
+  that the predicted pass achieves, :func:`~behavioral_pq.tasks.estimators.capture`); splits by program.
 - ``oz``: -Oz benefit ``(IC0 - IC_Oz) / IC0``; MAE in percentage points.
 - ``knn``: Top-1 of a 5-NN vote in each representation's space (task1b, and task1).
 
-Representations: the prior (no input), Autophase, InstCount, the raw spectrum flattened (P x 56), PQ-BERT, and the
-ablations: no Transformer (the encoder's sub-embeddings mean-pooled over probes), k-means instead of PQ and absolute
-instead of log-relative reactions (each an encoder pretrained that way, given with ``--ablation NAME=DIR``).
+Representations: the prior (no input), Autophase, InstCount, the raw spectrum flattened (P x 56), the raw spectrum
+with Autophase, IR2Vec (with ``ir2vec``: the optional extra, :mod:`behavioral_pq.tasks.ir2vec`; states are
+replayed from their program and prefix to read their IR), PQ-BERT, and the ablations: no Transformer (the
+encoder's sub-embeddings mean-pooled over probes), k-means instead of PQ and absolute instead of log-relative
+reactions (each an encoder pretrained that way, given with ``--ablation NAME=DIR``). inst2vec is absent: no
+maintained package reads LLVM 19 IR (:mod:`behavioral_pq.tasks.ir2vec` says why).
 
 Every MLP is trained on the train split, stopped early on valid and scored on test, once per seed; the report
 gives mean and standard deviation over seeds, per-pass precision/recall and a confusion table for the most
 frequent passes, the targets with their margins, and a t-SNE picture of the test embeddings.
+
+Next to the MLPs, the **linear probe**: the same simple head on every representation (logistic regression for
+the best-pass tasks, ridge for -Oz benefit, on standardized inputs; :class:`~behavioral_pq.tasks.estimators.
+LinearBestPassProbe`), its one regularization hyperparameter chosen by 3-fold cross-validation over the programs
+of train and valid together, refit on them and scored on test once (it is deterministic). A representation that
+wins only with the MLP wins by its head's tuning.
 
 To *choose* between encoders without reading test, score on valid (``score_split="valid"``): the heads then stop
 early on a held-out eighth of the train programs (chosen by a hash of the program, so modules and their states
@@ -38,7 +48,7 @@ from behavioral_pq.artifacts import versions, write_json_atomic, write_text_atom
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.corpus.buckets import slices
 from behavioral_pq.corpus.reader import Corpus
-from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES
+from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES, read_states, replay
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.reports.plotting import pyplot, save_figure
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
@@ -47,13 +57,17 @@ from behavioral_pq.tasks.estimators import (
     OzBenefitRegressor,
     PriorClassifier,
     PriorRegressor,
+    LinearBestPassProbe,
+    LinearOzProbe,
     TrainSettings,
+    capture,
     class_frequencies,
     knn_top1,
     top_k_accuracy,
 )
+from behavioral_pq.tasks.ir2vec import IR2VEC_DIM, ir2vec_vectors
 
-BASELINES = ("prior", "autophase", "instcount", "raw-spectrum")
+BASELINES = ("prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec")
 ABLATIONS = ("no-transformer", "kmeans", "absolute")
 MAIN = "pqbert"
 #: Which programs the heads learn from: every program of the train and valid splits, or one kind of them (the
@@ -76,6 +90,8 @@ class EvaluationConfig:
     confusion_passes: int = 10
     train_on: str = "all"
     score_split: str = "test"
+    linear_probe: bool = True
+    ir2vec: bool = False
     train: TrainSettings = field(default_factory=TrainSettings)
 
     def __post_init__(self):
@@ -89,9 +105,15 @@ class EvaluationConfig:
 
 def no_transformer_embeddings(items: ItemSet, encoder) -> np.ndarray:
     """Ablation: the encoder's sub-embeddings of each probe's codes, concatenated (M x sub-size) and mean-pooled
-    over the P probes, without the Transformer: float32 (N, D)."""
+    over the P probes, without the Transformer: float32 (N, D). For an encoder that reads the spectrum, the mean of
+    its projected rows."""
     import torch
 
+    if encoder.reads_spectrum:
+        rows = encoder.reaction_rows(items.spectra, items.autophase) if len(items) else np.zeros(
+            (0, encoder.model.config.num_probes, 56), np.float32)
+        with torch.inference_mode():
+            return encoder.model.input_states(torch.from_numpy(rows)).mean(dim=1).numpy().astype(np.float32)
     codes = (encoder.spectra_codes(items.spectra, items.autophase) if len(items)
              else np.zeros((0, 1, encoder.quantizer.num_subspaces)))
     tables = encoder.model.sub_embeddings
@@ -101,15 +123,39 @@ def no_transformer_embeddings(items: ItemSet, encoder) -> np.ndarray:
         return torch.cat(parts, dim=-1).mean(dim=1).numpy().astype(np.float32)
 
 
-def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, object]] = None
-                    ) -> Dict[str, np.ndarray]:
-    """Every representation of the items: name -> float32 (N, D_name)."""
+def ir2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
+                    states: Optional[Union[str, os.PathLike]] = None) -> Tuple[np.ndarray, int]:
+    """IR2Vec vectors of the items, float32 (N, 300), and how many could not be read (their rows are zero):
+    modules are read from the store; with ``states`` (the items' state folder) each state is its program's
+    module after its prefix, replayed."""
+    if not len(items):
+        return np.zeros((0, IR2VEC_DIM), np.float32), 0
+    modules = {m.sha256: m for m in Corpus(store).iter_modules(only=set(items.groups))}
+    if states is None:
+        texts = [modules[i].text() for i in items.ids]
+    else:
+        table = read_states(states, ["program", "state", "prefix"]).to_pydict()
+        prefixes = {f"{p}:{s}": prefix for p, s, prefix in zip(table["program"], table["state"], table["prefix"])}
+        texts = [replay(modules[g], prefixes[i]).text() for i, g in zip(items.ids, items.groups)]
+    vectors, errors = ir2vec_vectors(texts)
+    failed = [i for i, e in enumerate(errors) if e is not None]
+    vectors[failed] = 0.0
+    return vectors, len(failed)
+
+
+def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, object]] = None,
+                    extra: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    """Every representation of the items: name -> float32 (N, D_name); ``extra`` adds precomputed ones after the
+    baselines (IR2Vec)."""
     n = len(items)
+    autophase = np.log1p(np.maximum(items.autophase, 0)).astype(np.float32)
     reps = {
         "prior": np.zeros((n, 1), np.float32),
-        "autophase": np.log1p(np.maximum(items.autophase, 0)).astype(np.float32),
+        "autophase": autophase,
         "instcount": np.log1p(np.maximum(items.instcount, 0)).astype(np.float32),
         "raw-spectrum": items.spectra.reshape(n, -1).astype(np.float32),
+        "spectrum+autophase": np.concatenate([items.spectra.reshape(n, -1).astype(np.float32), autophase], axis=1),
+        **(extra or {}),
         MAIN: embeddings(items, encoder),
         "no-transformer": no_transformer_embeddings(items, encoder),
     }
@@ -120,8 +166,10 @@ def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, objec
 
 # -- one task ----------------------------------------------------------------------------------------------------
 
-def _classify(name: str, X: Dict[str, np.ndarray], y: Dict[str, list], num_classes: int, config: EvaluationConfig
-              ) -> dict:
+def _classify(name: str, X: Dict[str, np.ndarray], y: Dict[str, list], num_classes: int, config: EvaluationConfig,
+              counts: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> dict:
+    """MLP heads (or the prior) over the seeds; ``counts``: (instruction_count (N,), pass_counts (N, 124)) of the
+    scored items, to measure capture."""
     runs = []
     for seed in config.seeds:
         if name == "prior":
@@ -134,9 +182,37 @@ def _classify(name: str, X: Dict[str, np.ndarray], y: Dict[str, list], num_class
         runs.append({"seed": seed, "top1": top_k_accuracy(scores, y["test"], 1),
                      "top5": top_k_accuracy(scores, y["test"], 5),
                      "best_epoch": getattr(model, "best_epoch_", None), "_scores": scores})
+        if counts is not None:
+            runs[-1]["capture"] = capture(scores, *counts)
         if name == "prior":
             break   # deterministic: one run stands for every seed
-    return _summarize(runs, ("top1", "top5"))
+    return _summarize(runs, ("top1", "top5") + (("capture",) if counts is not None else ()))
+
+
+def _fit_rows(X: Dict[str, np.ndarray], y: Dict[str, list], groups: Dict[str, list]) -> tuple:
+    """What the linear probe learns from: the items the heads learn from and stop early on, together."""
+    fit_y = list(y["train"]) + list(y["valid"])
+    if isinstance(y["train"], np.ndarray):
+        fit_y = np.asarray(fit_y, np.float64)
+    return np.concatenate([X["train"], X["valid"]]), fit_y, list(groups["train"]) + list(groups["valid"])
+
+
+def _linear_classify(X: Dict[str, np.ndarray], y: Dict[str, list], groups: Dict[str, list], num_classes: int,
+                     counts: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> dict:
+    """The linear probe on one representation: Top-1, Top-5 (and capture) on test, the C chosen."""
+    probe = LinearBestPassProbe(num_classes).fit(*_fit_rows(X, y, groups))
+    scores = probe.predict_proba(X["test"])
+    out = {"top1": top_k_accuracy(scores, y["test"], 1), "top5": top_k_accuracy(scores, y["test"], 5),
+           "C": probe.chosen_, "cv_top1": max(probe.cv_scores_)}
+    if counts is not None:
+        out["capture"] = capture(scores, *counts)
+    return out
+
+
+def _linear_regress(X: Dict[str, np.ndarray], y: Dict[str, np.ndarray], groups: Dict[str, list]) -> dict:
+    """The linear probe on one representation: -Oz benefit MAE (points) on test, the alpha chosen."""
+    probe = LinearOzProbe().fit(*_fit_rows(X, y, groups))
+    return {"mae": probe.score(X["test"], y["test"]), "alpha": probe.chosen_, "cv_mae": -max(probe.cv_scores_) * 100}
 
 
 def _regress(name: str, X: Dict[str, np.ndarray], y: Dict[str, np.ndarray], config: EvaluationConfig) -> dict:
@@ -238,19 +314,28 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
                     "versions": versions(), "config": {**asdict(config), "seeds": list(config.seeds)},
                     "items": {"modules": {k: len(v) for k, v in modules.items()}}, "tasks": {}}
     say("representations of modules")
-    module_reps = {split: representations(part, encoder, others) for split, part in modules.items()}
+    extra = {split: {} for split in modules}
+    if config.ir2vec:
+        say("IR2Vec vectors of modules")
+        for split, part in modules.items():
+            extra[split]["ir2vec"], failed = ir2vec_of_items(store, part)
+            report["items"].setdefault("ir2vec_failed", {})[f"modules {split}"] = failed
+    module_reps = {split: representations(part, encoder, others, extra[split]) for split, part in modules.items()}
     names = list(module_reps["train"])
     report["representations"] = {name: int(module_reps["train"][name].shape[1]) for name in names}
 
     tasks = report["tasks"]
     sets1 = {split: part.best_pass_sets() for split, part in modules.items()}
-    tasks["task1"] = _classification_task("task1", names, module_reps, sets1, 124, config,
-                                          say)
+    tasks["task1"] = _classification_task("task1", names, module_reps, sets1, 124, config, say, modules)
     oz = {split: part.oz_benefit() for split, part in modules.items()}
+    module_groups = {split: part.groups for split, part in modules.items()}
     tasks["oz"] = {}
     for name in names:
         say(f"oz: {name}")
-        tasks["oz"][name] = _regress(name, {s: module_reps[s][name] for s in modules}, oz, config)
+        X = {s: module_reps[s][name] for s in modules}
+        tasks["oz"][name] = _regress(name, X, oz, config)
+        if config.linear_probe and name != "prior":
+            tasks["oz"][name]["linear"] = _linear_regress(X, oz, module_groups)
     tasks["oz"]["_test_mean_benefit_points"] = float(oz["test"].mean() * 100)
 
     figures = {}
@@ -260,18 +345,30 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
         report["items"]["states"] = {k: len(v) for k, v in state_parts.items()}
         report["items"]["state_programs"] = {k: len(set(v.groups)) for k, v in state_parts.items()}
         say("representations of states")
-        state_reps = {split: representations(part, encoder, others) for split, part in state_parts.items()}
+        extra = {split: {} for split in state_parts}
+        if config.ir2vec:
+            say("IR2Vec vectors of states (replayed)")
+            for split, part in state_parts.items():
+                extra[split]["ir2vec"], failed = ir2vec_of_items(store, part, states)
+                report["items"]["ir2vec_failed"][f"states {split}"] = failed
+        state_reps = {split: representations(part, encoder, others, extra[split])
+                      for split, part in state_parts.items()}
         sets1b = {split: part.next_pass_sets() for split, part in state_parts.items()}
         report["items"]["states_no_pass_fraction"] = {k: float(np.mean([s == [NO_PASS] for s in v]))
                                                       for k, v in sets1b.items()}
-        tasks["task1b"] = _classification_task("task1b", names, state_reps, sets1b, NUM_CLASSES, config, say)
+        tasks["task1b"] = _classification_task("task1b", names, state_reps, sets1b, NUM_CLASSES, config, say,
+                                               state_parts, with_capture=True)
         by_kind = {}
         for kind in sorted(set(state_parts["test"].kinds)):
             mask = np.array([k == kind for k in state_parts["test"].kinds])
             scores = tasks["task1b"][MAIN]["_scores"][mask]
             labels = [s for s, m in zip(sets1b["test"], mask) if m]
+            test = state_parts["test"].subset(mask)
             by_kind[kind] = {"items": int(mask.sum()), "top1": top_k_accuracy(scores, labels, 1),
-                             "prior_top1": top_k_accuracy(tasks["task1b"]["prior"]["_scores"][mask], labels, 1)}
+                             "prior_top1": top_k_accuracy(tasks["task1b"]["prior"]["_scores"][mask], labels, 1),
+                             "capture": capture(scores, test.instruction_count, test.pass_counts),
+                             "prior_capture": capture(tasks["task1b"]["prior"]["_scores"][mask],
+                                                      test.instruction_count, test.pass_counts)}
         tasks["task1b"]["_by_kind"] = by_kind
         tasks["task1b"]["_per_pass"] = per_pass_table(tasks["task1b"][MAIN]["_scores"], sets1b["test"],
                                                       class_frequencies(sets1b["train"], NUM_CLASSES),
@@ -322,15 +419,22 @@ def _task_slices(task: dict, names: Sequence[str], test: ItemSet, labels, kind_o
 
 
 def _classification_task(task: str, names: Sequence[str], reps: Dict[str, Dict[str, np.ndarray]],
-                         sets: Dict[str, list], num_classes: int, config: EvaluationConfig, say) -> dict:
+                         sets: Dict[str, list], num_classes: int, config: EvaluationConfig, say,
+                         parts: Dict[str, ItemSet], with_capture: bool = False) -> dict:
+    """Every representation's MLP heads, 5-NN and linear probe on one classification task; ``with_capture``:
+    also the share of the best pass's reduction the predictions achieve (states)."""
     result: dict = {}
+    counts = (parts["test"].instruction_count, parts["test"].pass_counts) if with_capture else None
+    groups = {split: part.groups for split, part in parts.items()}
     for name in names:
         say(f"{task}: {name}")
         X = {split: reps[split][name] for split in reps}
-        result[name] = _classify(name, X, sets, num_classes, config)
+        result[name] = _classify(name, X, sets, num_classes, config, counts)
         if name != "prior":
             result[name]["knn_top1"] = knn_top1(X["train"], sets["train"], X["test"], sets["test"],
                                                 num_classes=num_classes, k=config.knn_k)
+            if config.linear_probe:
+                result[name]["linear"] = _linear_classify(X, sets, groups, num_classes, counts)
     result["_label_set_size_mean"] = float(np.mean([len(s) for s in sets["test"]]))
     return result
 
@@ -419,11 +523,42 @@ def check_targets(report: dict) -> List[dict]:
         checks.append({"target": "task1b k-NN top1: PQ-BERT above every baseline representation",
                        "value": knn[MAIN] - best_other, "needed": 0.0, "met": knn[MAIN] > best_other})
     oz = tasks["oz"]
+    checks += _keeps_its_input(tasks)
     checks.append({"target": "oz: MAE <= 6.0 points", "value": oz[MAIN]["mae"]["mean"], "needed": 6.0,
                    "met": oz[MAIN]["mae"]["mean"] <= 6.0})
     checks.append({"target": "oz: MAE <= 1/3 of Autophase's", "value": oz[MAIN]["mae"]["mean"],
                    "needed": oz["autophase"]["mae"]["mean"] / 3,
                    "met": oz[MAIN]["mae"]["mean"] <= oz["autophase"]["mae"]["mean"] / 3})
+    return checks
+
+
+def _keeps_its_input(tasks: dict) -> List[dict]:
+    """Issue 42's targets: the frozen embedding no worse than the raw spectrum it is made from (-Oz MAE and states
+    Top-1, within one MLP seed spread, under the MLP heads and the linear probe), and ahead of the other
+    representations on -Oz by more than three spreads."""
+    checks = []
+    raw = "raw-spectrum"
+    heads = [("MLP", lambda r, m: r[m]["mean"])]
+    if "linear" in tasks["oz"][MAIN]:
+        heads.append(("linear probe", lambda r, m: r["linear"][m]))
+    for head, value in heads:
+        t = tasks["oz"]
+        spread = max(t[MAIN]["mae"]["std"], t[raw]["mae"]["std"])
+        ours, theirs = value(t[MAIN], "mae"), value(t[raw], "mae")
+        checks.append({"target": f"oz ({head}): PQ-BERT MAE <= raw spectrum's + one MLP seed spread",
+                       "value": ours - theirs, "needed": spread, "met": ours - theirs <= spread})
+        if "task1b" in tasks:
+            t = tasks["task1b"]
+            spread = max(t[MAIN]["top1"]["std"], t[raw]["top1"]["std"])
+            ours, theirs = value(t[MAIN], "top1"), value(t[raw], "top1")
+            checks.append({"target": f"task1b top1 ({head}): PQ-BERT >= raw spectrum's - one MLP seed spread",
+                           "value": ours - theirs, "needed": -spread, "met": ours - theirs >= -spread})
+    t = tasks["oz"]
+    for base in [n for n in ("autophase", "instcount", "ir2vec") if n in t]:
+        spread = max(t[MAIN]["mae"]["std"], t[base]["mae"]["std"])
+        margin = t[base]["mae"]["mean"] - t[MAIN]["mae"]["mean"]
+        checks.append({"target": f"oz: PQ-BERT MAE below {base}'s by > 3x seed spread", "value": margin,
+                       "needed": 3 * spread, "met": margin > 3 * spread})
     return checks
 
 
@@ -451,35 +586,53 @@ def markdown(report: dict) -> str:
                 "on hold only those; the scored split is whole.", ""]
                if report["config"].get("train_on", "all") != "all" else []),
              "Items: " + ", ".join(f"{what} {counts}" for what, counts in report["items"].items()), "",
-             f"Versions: {json.dumps(report['versions'])}", ""]
+             f"Versions: {json.dumps(report['versions'])}", "",
+             "The field's baselines: " + ("IR2Vec 2.1.1 (flow-aware program vectors of the IR lowered to LLVM 16 "
+                                          "syntax; a module it could not read counts as a zero vector, see Items)"
+                                          if "ir2vec" in names else "IR2Vec not run (`bpq evaluate --ir2vec`, the "
+                                          "optional extra behavioral-pq[ir2vec])")
+             + "; inst2vec is absent: its one packaged encoder (ProGraML's) reads IR only through LLVM 10 or older, "
+             "and no maintained package reads LLVM 19 IR.", ""]
+    lines += _linear_lines(tasks, names, kind)
     if "task1b" in tasks:
         t = tasks["task1b"]
         lines += ["## Task 1b: best next pass from intermediate states (the measure that matters)", "",
                   "125 classes (124 passes + \"no pass reduces the count\"); a prediction is correct when it is in "
-                  f"the state's best set (mean set size {t['_label_set_size_mean']:.2f}).", "",
-                  "| representation | kind | dims | Top-1 | Top-5 | 5-NN Top-1 |", "|---|---|---|---|---|---|"]
+                  f"the state's best set (mean set size {t['_label_set_size_mean']:.2f}). Capture: the share of the "
+                  "best single pass's reduction that the predicted pass achieves (mean over the states where a pass "
+                  "reduces the count).", "",
+                  "| representation | kind | dims | Top-1 | Top-5 | capture | 5-NN Top-1 | linear Top-1 | linear Top-5 "
+                  "| linear capture |", "|---|---|---|---|---|---|---|---|---|---|"]
         for n in names:
             knn = f"{t[n]['knn_top1'] * 100:.1f}" if "knn_top1" in t[n] else "-"
+            linear = t[n].get("linear")
+            linear_cells = (f"{linear['top1'] * 100:.1f} | {linear['top5'] * 100:.1f} | {linear['capture'] * 100:.1f}"
+                            if linear else "- | - | -")
             lines.append(f"| {n} | {kind[n]} | {report['representations'][n]} | {_ms(t[n]['top1'])} | "
-                         f"{_ms(t[n]['top5'])} | {knn} |")
+                         f"{_ms(t[n]['top5'])} | {_ms(t[n]['capture'])} | {knn} | {linear_cells} |")
         lines += ["", "By kind of state (PQ-BERT seed 0 vs prior): " + "; ".join(
-            f"{k}: {v['items']} states, Top-1 {v['top1'] * 100:.1f} vs {v['prior_top1'] * 100:.1f}"
-            for k, v in t["_by_kind"].items()), ""]
+            f"{k}: {v['items']} states, Top-1 {v['top1'] * 100:.1f} vs {v['prior_top1'] * 100:.1f}, capture "
+            f"{v['capture'] * 100:.1f} vs {v['prior_capture'] * 100:.1f}" for k, v in t["_by_kind"].items()), ""]
         lines += _per_pass_lines(t["_per_pass"], "task1b")
     t = tasks["task1"]
     lines += ["## Task 1 (the paper's): best pass of the module as built", "",
               "124 classes. Near-trivial on LLVM 19: read it against the prior.", "",
-              "| representation | kind | Top-1 | Top-5 | 5-NN Top-1 |", "|---|---|---|---|---|"]
+              "| representation | kind | Top-1 | Top-5 | 5-NN Top-1 | linear Top-1 | linear Top-5 |",
+              "|---|---|---|---|---|---|---|"]
     for n in names:
         knn = f"{t[n]['knn_top1'] * 100:.1f}" if "knn_top1" in t[n] else "-"
-        lines.append(f"| {n} | {kind[n]} | {_ms(t[n]['top1'])} | {_ms(t[n]['top5'])} | {knn} |")
+        linear = t[n].get("linear")
+        linear_cells = f"{linear['top1'] * 100:.1f} | {linear['top5'] * 100:.1f}" if linear else "- | -"
+        lines.append(f"| {n} | {kind[n]} | {_ms(t[n]['top1'])} | {_ms(t[n]['top5'])} | {knn} | {linear_cells} |")
     lines += [""] + _per_pass_lines(t["_per_pass"], "task1")
     oz = tasks["oz"]
     lines += ["## -Oz benefit", "",
               f"Regression of (IC0 - IC_Oz) / IC0 (test mean {oz['_test_mean_benefit_points']:.1f} points).", "",
-              "| representation | kind | MAE (points) |", "|---|---|---|"]
+              "| representation | kind | MAE (points) | linear MAE | ridge alpha |", "|---|---|---|---|---|"]
     for n in names:
-        lines.append(f"| {n} | {kind[n]} | {_ms(oz[n]['mae'], 1.0, 2)} |")
+        linear = oz[n].get("linear")
+        linear_cells = f"{linear['mae']:.2f} | {linear['alpha']:g}" if linear else "- | -"
+        lines.append(f"| {n} | {kind[n]} | {_ms(oz[n]['mae'], 1.0, 2)} | {linear_cells} |")
     lines += _slice_lines(report.get("slices", {}), names)
     lines += ["", "## Targets", "", "| target | measured | needed | met |", "|---|---|---|---|"]
     for c in report["targets"]:
@@ -487,6 +640,40 @@ def markdown(report: dict) -> str:
     lines += ["", "## Figures", ""] + [f"![{k}]({v})" for k, v in report["figures"].items()]
     lines += ["", f"Run time {report['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def _linear_lines(tasks: dict, names: Sequence[str], kind: Dict[str, str]) -> List[str]:
+    """The linear probe's table: one head for every representation, so that the representations are compared and
+    not their heads' tuning (the prior's row is the constant answer)."""
+    if not any("linear" in tasks["oz"][n] for n in names):
+        return []
+    states = "task1b" in tasks
+    header = "| representation | kind | -Oz benefit MAE (points) |" + (
+        " best next pass Top-1 | Top-5 | capture |" if states else "") + " best pass as built Top-1 |"
+    lines = ["## One linear head on every representation", "",
+             "Logistic regression (best pass) and ridge (-Oz benefit) on standardized inputs, the one "
+             "regularization hyperparameter chosen by 3-fold cross-validation over the programs of the items the "
+             "MLPs learn from and stop early on, refit on them, scored once (deterministic).", "",
+             header, "|---|---|---:|" + ("---:|---:|---:|" if states else "") + "---:|"]
+    for n in names:
+        oz, t1 = tasks["oz"][n], tasks["task1"][n]
+        if n == "prior":
+            cells = [f"{oz['mae']['mean']:.2f}"]
+            if states:
+                t = tasks["task1b"][n]
+                cells += [f"{t['top1']['mean'] * 100:.1f}", f"{t['top5']['mean'] * 100:.1f}",
+                          f"{t['capture']['mean'] * 100:.1f}"]
+            cells.append(f"{t1['top1']['mean'] * 100:.1f}")
+        elif "linear" in oz:
+            cells = [f"{oz['linear']['mae']:.2f}"]
+            if states:
+                t = tasks["task1b"][n]["linear"]
+                cells += [f"{t['top1'] * 100:.1f}", f"{t['top5'] * 100:.1f}", f"{t['capture'] * 100:.1f}"]
+            cells.append(f"{t1['linear']['top1'] * 100:.1f}")
+        else:
+            continue
+        lines.append(f"| {n} | {kind[n]} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 SLICE_TITLES = {"task1b": "Task 1b Top-1", "task1": "Task 1 Top-1", "oz": "-Oz benefit MAE (points)"}

@@ -12,6 +12,10 @@ training rows' statistics, which are saved with the weights.
 - :class:`PriorClassifier` / :class:`PriorRegressor`: the baselines that ignore ``X`` (most frequent best pass;
   training mean).
 - :func:`knn_top1`: k-nearest-neighbour vote in a representation's space.
+- :class:`LinearBestPassProbe` / :class:`LinearOzProbe`: the linear probe, one simple head for every
+  representation (logistic regression / ridge on standardized inputs, the one regularization hyperparameter
+  chosen by inner cross-validation over groups), so that a representation is not judged by its head's tuning.
+- :func:`capture`: the share of the best single pass's reduction that a predicted next pass achieves.
 
 Early stopping: every estimator keeps the weights of its best validation epoch (Top-1 for the classifier, MAE for
 the regressor) and stops after ``patience`` epochs without improvement.
@@ -56,6 +60,36 @@ def top_k_accuracy(scores: np.ndarray, label_sets: LabelSets, k: int = 1) -> flo
         return float("nan")
     top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return float(np.mean([bool(set(row.tolist()) & set(labels)) for row, labels in zip(top, label_sets)]))
+
+
+def capture(scores: np.ndarray, instruction_count: np.ndarray, pass_counts: np.ndarray) -> float:
+    """Mean share of the best single pass's reduction that the top-scoring pass achieves.
+
+    For each item whose best pass reduces the count (``min(pass_counts) < IC``):
+    ``(IC - pass_counts[predicted]) / (IC - min(pass_counts))``; 1 when the prediction is a best pass, 0 when it
+    changes nothing or is the "no pass" class (an index past the passes), negative when it grows the module.
+    Items where no pass reduces the count are left out.
+
+    Args:
+        scores: float (N, C), C >= number of passes.
+        instruction_count: int (N,), the count of each item.
+        pass_counts: int (N, K), the count after each of the K passes.
+    Returns:
+        the mean over the items where it is defined (NaN when there are none).
+    """
+    scores = np.asarray(scores)
+    ic = np.asarray(instruction_count, np.float64)
+    after = np.asarray(pass_counts, np.float64)
+    if not len(scores) == len(ic) == len(after):
+        raise ValueError(f"{len(scores)} score rows, {len(ic)} counts, {len(after)} rows of pass counts")
+    predicted = np.argmax(scores, axis=1)                        # first maximum, as top_k_accuracy's stable sort
+    best = after.min(axis=1) if after.size else np.zeros(0)
+    defined = best < ic
+    if not defined.any():
+        return float("nan")
+    known = predicted < after.shape[1]
+    achieved = np.where(known, after[np.arange(len(after)), np.minimum(predicted, after.shape[1] - 1)], ic)
+    return float(np.mean(((ic - achieved) / np.maximum(ic - best, 1e-12))[defined]))
 
 
 def set_membership(label_sets: LabelSets, num_classes: int) -> np.ndarray:
@@ -387,6 +421,159 @@ class OzBenefitRegressor(_MLPEstimator):
         return float(np.mean(np.abs(self.predict(X) - np.asarray(y, np.float64))) * 100.0)
 
 
+#: The linear probes' grids: inverse regularization C of the logistic regression, alpha of the ridge.
+LOGISTIC_C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
+RIDGE_ALPHA_GRID = (1e-1, 1.0, 1e1, 1e2, 1e3, 1e4)
+
+
+class _LinearProbe:
+    """Shared machinery of the linear probes: standardization with the training rows' statistics, and the choice
+    of the one hyperparameter by grouped inner cross-validation (no group on both sides of a fold)."""
+
+    def __init__(self, grid: Sequence[float], folds: int = 3):
+        if folds < 2:
+            raise ValueError(f"folds must be >= 2, got {folds}")
+        if not grid or min(grid) <= 0:
+            raise ValueError(f"the grid must hold positive values, got {list(grid)}")
+        self.grid, self.folds = tuple(grid), folds
+        self.mean_: Optional[np.ndarray] = None
+        self.scale_: Optional[np.ndarray] = None
+        self.model_ = None
+        self.chosen_: Optional[float] = None
+        self.cv_scores_: Optional[List[float]] = None
+
+    def _new(self, value: float):
+        raise NotImplementedError
+
+    def _fit_one(self, model, X: np.ndarray, y):
+        raise NotImplementedError
+
+    def _cv_score(self, model, X: np.ndarray, y) -> float:
+        """Higher is better."""
+        raise NotImplementedError
+
+    def _check_x(self, X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (N, D), got shape {X.shape}")
+        if self.mean_ is not None and X.shape[1] != len(self.mean_):
+            raise ValueError(f"X has {X.shape[1]} features; this probe was fitted on {len(self.mean_)}")
+        if not np.isfinite(X).all():
+            raise ValueError("X holds NaN or infinite values (a module that failed to embed?)")
+        return X
+
+    def _standardized(self, X) -> np.ndarray:
+        if self.model_ is None:
+            raise RuntimeError(f"{type(self).__name__} is not fitted (call fit)")
+        return (self._check_x(X) - self.mean_) / self.scale_
+
+    def fit(self, X: np.ndarray, y, groups: Optional[Sequence[str]] = None):
+        """Choose the hyperparameter by ``folds``-fold cross-validation on (X, y), folds by ``groups`` (default:
+        every row its own group), then refit on all of it with the chosen value. Returns self."""
+        from sklearn.model_selection import GroupKFold
+
+        X = self._check_x(X)
+        if len(X) != len(y):
+            raise ValueError(f"{len(X)} rows of X for {len(y)} targets")
+        groups = np.asarray(groups if groups is not None else np.arange(len(X)))
+        folds = min(self.folds, len(set(groups.tolist())))
+        if folds < 2:
+            raise ValueError("the inner cross-validation needs items of at least two groups")
+        self.mean_, self.scale_ = standard_scale(X)
+        Z = (X - self.mean_) / self.scale_
+        splits = list(GroupKFold(n_splits=folds).split(Z, groups=groups))
+        self.cv_scores_ = []
+        for value in self.grid:
+            scores = []
+            for fit_rows, score_rows in splits:
+                model = self._fit_one(self._new(value), Z[fit_rows], [y[i] for i in fit_rows])
+                scores.append(self._cv_score(model, Z[score_rows], [y[i] for i in score_rows]))
+            self.cv_scores_.append(float(np.mean(scores)))
+        self.chosen_ = self.grid[int(np.argmax(self.cv_scores_))]   # a tie goes to the first: the grids list the
+        self.model_ = self._fit_one(self._new(self.chosen_), Z, list(y))    # strongest penalty first
+        return self
+
+
+class LinearBestPassProbe(_LinearProbe):
+    """Linear probe for set-valued best-pass labels: multinomial logistic regression on standardized inputs.
+
+    Each item's set is spread over its members (one training row per member, weight ``1 / |set|``), so that a tie
+    weighs as much as a single best pass. ``C`` (the inverse L2 penalty) is chosen from ``grid`` by inner
+    cross-validation on Top-1 against the sets. Fitted: ``chosen_`` (C), ``cv_scores_``, ``model_``.
+    """
+
+    def __init__(self, num_classes: int = 124, grid: Sequence[float] = LOGISTIC_C_GRID, folds: int = 3,
+                 max_iter: int = 300):
+        super().__init__(grid, folds)
+        self.num_classes, self.max_iter = num_classes, max_iter
+
+    def _new(self, value: float):
+        from sklearn.linear_model import LogisticRegression
+
+        return LogisticRegression(C=value, max_iter=self.max_iter, tol=1e-3)
+
+    def _fit_one(self, model, X, y):
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+
+        rows = np.concatenate([np.full(len(labels), i) for i, labels in enumerate(y)])
+        classes = np.concatenate([np.asarray(labels, np.int64) for labels in y])
+        weights = np.concatenate([np.full(len(labels), 1.0 / len(labels)) for labels in y])
+        if len(set(classes.tolist())) == 1:               # one class only: a constant, as the prior would be
+            return ("constant", int(classes[0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)   # max_iter bounds the cost; a probe, not a tuned head
+            return model.fit(X[rows], classes, sample_weight=weights)
+
+    def _proba(self, model, Z) -> np.ndarray:
+        out = np.zeros((len(Z), self.num_classes), np.float64)
+        if isinstance(model, tuple):
+            out[:, model[1]] = 1.0
+            return out
+        out[:, model.classes_] = model.predict_proba(Z)
+        return out
+
+    def _cv_score(self, model, X, y) -> float:
+        return top_k_accuracy(self._proba(model, X), y, 1)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """float64 (N, num_classes); classes never seen in training get 0."""
+        return self._proba(self.model_, self._standardized(X))
+
+    def score(self, X: np.ndarray, y: LabelSets, k: int = 1) -> float:
+        """Top-k accuracy against set-valued labels."""
+        return top_k_accuracy(self.predict_proba(X), y, k)
+
+
+class LinearOzProbe(_LinearProbe):
+    """Linear probe for -Oz benefit: ridge regression on standardized inputs, ``alpha`` chosen from ``grid`` by
+    inner cross-validation on the mean absolute error. Fitted: ``chosen_`` (alpha), ``cv_scores_``, ``model_``."""
+
+    def __init__(self, grid: Sequence[float] = tuple(reversed(RIDGE_ALPHA_GRID)), folds: int = 3):
+        super().__init__(grid, folds)        # strongest penalty first: ties go to it, as for C
+
+    def _new(self, value: float):
+        from sklearn.linear_model import Ridge
+
+        return Ridge(alpha=value)
+
+    def _fit_one(self, model, X, y):
+        return model.fit(X, np.asarray(y, np.float64))
+
+    def _cv_score(self, model, X, y) -> float:
+        return -float(np.mean(np.abs(model.predict(X) - np.asarray(y, np.float64))))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """float32 (N,): predicted fractions."""
+        Z = self._standardized(X)
+        return self.model_.predict(Z).astype(np.float32)
+
+    def score(self, X: np.ndarray, y: Sequence[float]) -> float:
+        """Mean absolute error in percentage points."""
+        return float(np.mean(np.abs(self.predict(X) - np.asarray(y, np.float64))) * 100.0)
+
+
 class PriorClassifier:
     """Baseline: ranks classes by how often they are in a training label set, whatever the input."""
 
@@ -424,4 +611,5 @@ class PriorRegressor:
 
 
 __all__ = ["BestPassClassifier", "OzBenefitRegressor", "PriorClassifier", "PriorRegressor", "TrainSettings",
-           "top_k_accuracy", "knn_top1", "set_membership", "class_frequencies"]
+           "LinearBestPassProbe", "LinearOzProbe", "capture", "top_k_accuracy", "knn_top1", "set_membership",
+           "class_frequencies"]

@@ -31,13 +31,21 @@ class FineTuneSettings:
     batch_size: int = 64
 
 
+def _tensor(model, inputs: np.ndarray):
+    """What the model reads as a tensor: codes as int64, reaction rows (input_kind "spectrum") as float32."""
+    import torch
+
+    return torch.from_numpy(inputs.astype(np.float32 if model.config.input_kind == "spectrum" else np.int64))
+
+
 def _embed(model, codes: np.ndarray, pooling: str, batch_size: int = 256):
-    """float32 (N, D) tensor of the model's embeddings of codes uint8 (N, P, M), in eval mode."""
+    """float32 (N, D) tensor of the model's embeddings of codes uint8 (N, P, M) (or rows, see fine_tune), in
+    eval mode."""
     import torch
 
     model.eval()
     with torch.inference_mode():
-        return torch.cat([model.embed(torch.from_numpy(codes[i:i + batch_size].astype(np.int64)), pooling)
+        return torch.cat([model.embed(_tensor(model, codes[i:i + batch_size]), pooling)
                           for i in range(0, len(codes), batch_size)]) if len(codes) else torch.zeros(0)
 
 
@@ -46,7 +54,8 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
     """Fit ``estimator`` (a new BestPassClassifier or OzBenefitRegressor) together with a copy of ``encoder``'s PQ-BERT.
 
     Args:
-        codes: uint8 (N, P, M), the training items' codes (``encoder.spectra_codes``); ``y`` their targets, as the
+        codes: uint8 (N, P, M), the training items' codes; or the reaction rows float32 (N, P, 56) for a model
+            of input_kind "spectrum": what ``encoder.model_inputs`` gives. ``y``: their targets, as the
             estimator's ``fit`` takes them (label sets, or fractions).
         valid_codes, y_valid: early-stopping items; None holds out a seeded 10% of the training items.
         progress: called with one line per epoch.
@@ -59,7 +68,7 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
     head_settings = estimator.settings
     codes = np.asarray(codes)
     if codes.ndim != 3:
-        raise ValueError(f"codes must have shape (N, P, M), got {codes.shape}")
+        raise ValueError(f"codes must have shape (N, P, M) (or rows (N, P, 56)), got {codes.shape}")
     if len(codes) != len(y):
         raise ValueError(f"{len(codes)} items of codes for {len(y)} targets")
     rng = np.random.default_rng(head_settings.seed)
@@ -91,7 +100,7 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
         estimator.net_.train()
         total = 0.0
         for batch in torch.randperm(len(codes), generator=generator).split(settings.batch_size):
-            x = torch.from_numpy(codes[batch.numpy()].astype(np.int64))                     # (b, P, M)
+            x = _tensor(model, codes[batch.numpy()])                                        # (b, P, M)
             output = estimator.net_((model.embed(x, encoder.pooling) - mean_t) / scale_t)
             loss = estimator._loss(output, targets[batch])
             optimizer.zero_grad()

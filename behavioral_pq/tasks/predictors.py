@@ -268,7 +268,7 @@ def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, o
                       embeddings(valid, encoder) if valid is not None else None, y_valid)
         scored_with = encoder
     else:
-        codes = lambda items: encoder.spectra_codes(items.spectra, items.autophase)  # noqa: E731
+        codes = lambda items: encoder.model_inputs(items.spectra, items.autophase)  # noqa: E731
         estimator, tuned = finetune.fine_tune(estimator, encoder, codes(train), targets(train),
                                               codes(valid) if valid is not None else None, y_valid,
                                               settings=fine_tune, progress=progress)

@@ -4,11 +4,15 @@ Steps (``bpq pretrain STORE --out RUN``, resumable at every stage):
 
 1. ``prepare``: fit the quantizer on a reservoir sample of reaction rows of the pretraining modules, then encode
    every stored spectrum into codes, written as Parquet (``RUN/codes/{train,valid,test}.parquet``; one row per
-   module: ``sha256``, ``codes`` = P x M bytes). Spectra are streamed; memory does not grow with the corpus.
+   module: ``sha256``, ``codes`` = P x M bytes, ``spectra`` = the P x 56 float32 reaction rows the codes were made
+   of, which a model of ``input_kind = "spectrum"`` reads). Spectra are streamed; memory does not grow with the
+   corpus.
 2. ``train``: AdamW with linear warm-up and cosine decay, gradient clipping, masked-LM loss; CPU or CUDA, one
    process or several under ``torchrun`` (DDP, gloo on CPU). Codes are streamed from the Parquet files through a
    seeded shuffle buffer. The masks of a global batch depend only on (seed, step), so a run with W processes
-   computes the same gradients as one process on the same global batch.
+   computes the same gradients as one process on the same global batch. A model that reads the spectrum
+   (continuous inputs) gets the rows next to their codes, standardized with the train rows' per-position
+   statistics, and is masked by whole rows; its targets are the masked rows' codes.
 3. Every ``eval_every`` steps: masked-code accuracy per head on the validation modules; ``RUN/train-state.pt``
    is rewritten (resume with the same command); ``RUN/log.csv`` and ``RUN/training-curve.png`` grow.
 4. At the end: the encoder checkpoint ``RUN/encoder`` (see :mod:`behavioral_pq.embedding.checkpoint`).
@@ -35,7 +39,7 @@ from behavioral_pq.artifacts import atomic_path, read_json_bounded, write_json_a
 from behavioral_pq.config import ConfigError, from_dict, load_toml
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.checkpoint import save_encoder
-from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, masked_lm_loss
+from behavioral_pq.embedding.model import IGNORE_INDEX, MASK_ID, PQBert, PQBertConfig, mask_rows, masked_lm_loss
 from behavioral_pq.embedding.probes import load_probes
 from behavioral_pq.embedding.quantizer import Quantizer
 from behavioral_pq.embedding.spectrum import REACTIONS, reaction_positions
@@ -186,16 +190,17 @@ def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int, re
 
 def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path, reaction: str = "log-relative"
                  ) -> List[str]:
-    """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes); returns
-    the hashes of the modules written (those with a measured spectrum)."""
-    schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary())])
+    """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes, spectra =
+    the P x 56 float32 reaction rows); returns the hashes of the modules written (those with a measured spectrum)."""
+    schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary()), ("spectra", pa.binary())])
     written: List[str] = []
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
             n, p, d = spectra.shape
             codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)              # (n, P, M)
-            writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes]},
-                                        schema=schema), row_group_size=4096)
+            rows = [r.astype(np.float32).tobytes() for r in spectra]
+            writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes],
+                                         "spectra": rows}, schema=schema), row_group_size=4096)
             written.extend(batch_shas)
     return written
 
@@ -284,28 +289,76 @@ def read_codes(path: Path, num_subspaces: int = 8) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros((0, 0, num_subspaces), np.uint8)
 
 
+def _check_spectra(path: Path) -> pq.ParquetFile:
+    f = pq.ParquetFile(path)
+    if "spectra" not in f.schema_arrow.names:
+        raise PretrainError(f"{path}: prepared without the spectra a model of input_kind 'spectrum' reads (a run "
+                            "prepared by an older version); prepare it again in a new --out")
+    return f
+
+
+def iter_spectrum_arrays(path: Path) -> Iterator[np.ndarray]:
+    """Reaction rows of a Parquet code file, one float32 (n, P, 56) array per row group."""
+    f = _check_spectra(path)
+    for g in range(f.num_row_groups):
+        blobs = f.read_row_group(g, columns=["spectra"]).column(0).to_pylist()
+        if blobs:
+            yield np.frombuffer(b"".join(blobs), np.float32).reshape(len(blobs), -1, 56)
+
+
+def read_spectra(path: Path) -> np.ndarray:
+    """All reaction rows of a (small, held-out) code file: float32 (N, P, 56)."""
+    arrays = list(iter_spectrum_arrays(path))
+    return np.concatenate(arrays) if arrays else np.zeros((0, 0, 56), np.float32)
+
+
+def row_statistics(path: Path) -> tuple:
+    """Per-position mean and standard deviation of the reaction rows of a code file (streamed, in float64):
+    (float32 (P, 56), float32 (P, 56)), what a ``spectrum`` model standardizes its inputs with."""
+    total = squares = None
+    n = 0
+    for array in iter_spectrum_arrays(path):                                          # (n, P, 56)
+        rows = array.astype(np.float64)
+        total = rows.sum(axis=0) if total is None else total + rows.sum(axis=0)
+        squares = (rows ** 2).sum(axis=0) if squares is None else squares + (rows ** 2).sum(axis=0)
+        n += len(rows)
+    if n == 0:
+        raise PretrainError(f"{path}: no modules to take input statistics from")
+    mean = total / n
+    return mean.astype(np.float32), np.sqrt(np.maximum(squares / n - mean ** 2, 0.0)).astype(np.float32)
+
+
 class CodeStream:
-    """An endless, seeded, shuffled stream of code arrays uint8 (P, M) from a Parquet code file.
+    """An endless, seeded, shuffled stream of code arrays uint8 (P, M) from a Parquet code file; with
+    ``spectra``, of (codes uint8 (P, M), rows float32 (P, 56)) pairs.
 
     Epoch e visits the row groups in a permutation drawn from (seed, e) and shuffles modules through a buffer of
     ``buffer`` modules. Process ``rank`` of ``world`` takes the stream's items rank, rank + world, ...; so the
     first B * world items of the single-process stream are, interleaved, the first B items of each process.
     """
 
-    def __init__(self, path: Path, seed: int, buffer: int, rank: int = 0, world: int = 1, num_subspaces: int = 8):
-        self.file = pq.ParquetFile(path)
+    def __init__(self, path: Path, seed: int, buffer: int, rank: int = 0, world: int = 1, num_subspaces: int = 8,
+                 spectra: bool = False):
+        self.file = _check_spectra(path) if spectra else pq.ParquetFile(path)
         if self.file.metadata.num_rows == 0:
             raise PretrainError(f"{path}: no modules to train on")
         self.path, self.seed, self.buffer, self.rank, self.world = path, seed, buffer, rank, world
-        self.num_subspaces = num_subspaces
+        self.num_subspaces, self.spectra = num_subspaces, spectra
+
+    def _items(self, group: int) -> Iterator:
+        columns = ["codes", "spectra"] if self.spectra else ["codes"]
+        table = self.file.read_row_group(group, columns=columns)
+        codes = (np.frombuffer(blob, np.uint8).reshape(-1, self.num_subspaces) for blob in table.column(0).to_pylist())
+        if not self.spectra:
+            return codes
+        rows = (np.frombuffer(blob, np.float32).reshape(-1, 56) for blob in table.column(1).to_pylist())
+        return zip(codes, rows)
 
     def _epoch(self, epoch: int) -> Iterator[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
         held: List[np.ndarray] = []
         for g in rng.permutation(self.file.num_row_groups):
-            blobs = self.file.read_row_group(int(g), columns=["codes"]).column(0).to_pylist()
-            for blob in blobs:
-                item = np.frombuffer(blob, np.uint8).reshape(-1, self.num_subspaces)
+            for item in self._items(int(g)):
                 if len(held) < self.buffer:
                     held.append(item)
                     continue
@@ -324,13 +377,18 @@ class CodeStream:
                 position += 1
             epoch += 1
 
-    def batches(self, batch_size: int, skip: int = 0) -> Iterator[np.ndarray]:
-        """Batches uint8 (batch_size, P, M) of this process's items, after skipping ``skip`` batches (resume)."""
+    def batches(self, batch_size: int, skip: int = 0) -> Iterator:
+        """Batches uint8 (batch_size, P, M) of this process's items, after skipping ``skip`` batches (resume); with
+        ``spectra``, (codes uint8 (batch_size, P, M), rows float32 (batch_size, P, 56)) pairs."""
         items = iter(self)
         for _ in range(skip * batch_size):
             next(items)
         while True:
-            yield np.stack([next(items) for _ in range(batch_size)])
+            batch = [next(items) for _ in range(batch_size)]
+            if self.spectra:
+                yield np.stack([c for c, _ in batch]), np.stack([r for _, r in batch])
+            else:
+                yield np.stack(batch)
 
 
 # -- 3. training -----------------------------------------------------------------------------------------------
@@ -370,14 +428,16 @@ class MaskedLM(torch.nn.Module):
         super().__init__()
         self.model, self.pooled_weight, self.batch_size = model, pooled_weight, batch_size
 
-    def forward(self, inputs, labels, counts):
-        return masked_lm_loss(self.model, inputs, labels, counts, self.pooled_weight, self.batch_size)
+    def forward(self, inputs, labels, counts, masked=None):
+        return masked_lm_loss(self.model, inputs, labels, counts, self.pooled_weight, self.batch_size, masked)
 
 
 def mlm_accuracy(model, codes: np.ndarray, probability: float, seed: int, batch_size: int = 256,
-                 device=None) -> dict:
+                 device=None, spectra: Optional[np.ndarray] = None) -> dict:
     """Masked-code accuracy and loss per head on codes uint8 (N, P, M) with seeded masks (the same masks for
-    the same seed), the model in eval mode. Returns {"accuracy": [M], "loss": [M], "accuracy_mean", "loss_sum"}."""
+    the same seed), the model in eval mode. Returns {"accuracy": [M], "loss": [M], "accuracy_mean", "loss_sum"}.
+    A model of input_kind "spectrum" reads ``spectra``, float32 (N, P, 56), the rows of those codes, masked by
+    whole rows."""
     device = device or next(model.parameters()).device
     M = codes.shape[2]
     generator = torch.Generator().manual_seed(seed)
@@ -388,10 +448,15 @@ def mlm_accuracy(model, codes: np.ndarray, probability: float, seed: int, batch_
     with torch.no_grad():
         for start in range(0, len(codes), batch_size):
             batch = torch.from_numpy(codes[start:start + batch_size].astype(np.int64))
-            masked = torch.rand(batch.shape, generator=generator) < probability
-            inputs = batch.masked_fill(masked, MASK_ID).to(device)
-            labels = batch.masked_fill(~masked, IGNORE_INDEX).to(device)
-            _, s, c, k = masked_lm_loss(model, inputs, labels)
+            if model.config.input_kind == "spectrum":
+                rows = torch.from_numpy(np.asarray(spectra[start:start + batch_size], np.float32)).to(device)
+                masked, labels = mask_rows(batch, probability, generator)
+                _, s, c, k = masked_lm_loss(model, rows, labels.to(device), masked=masked.to(device))
+            else:
+                masked = torch.rand(batch.shape, generator=generator) < probability
+                inputs = batch.masked_fill(masked, MASK_ID).to(device)
+                labels = batch.masked_fill(~masked, IGNORE_INDEX).to(device)
+                _, s, c, k = masked_lm_loss(model, inputs, labels)
             ce += s.double().cpu()
             n += c.double().cpu()
             correct += k.double().cpu()
@@ -495,6 +560,9 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
     model = PQBert(model_config)
     if model_config.value_inputs:
         model.set_centroids(quantizer.centroids_)
+    rows_read = model_config.input_kind == "spectrum"
+    if rows_read:
+        model.set_input_statistics(*row_statistics(run / "codes" / "train.parquet"))
     model = model.to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, betas=(0.9, 0.98),
                                   weight_decay=t.weight_decay)
@@ -514,9 +582,10 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
         wrapped = DistributedDataParallel(wrapped, device_ids=[dev.index] if dev.type == "cuda" else None)
 
     stream = CodeStream(run / "codes" / "train.parquet", t.seed, t.shuffle_buffer, dist_info.rank, dist_info.world,
-                        quantizer.num_subspaces)
+                        quantizer.num_subspaces, spectra=rows_read)
     batches = stream.batches(local_batch, skip=step)
     valid = read_codes(run / "codes" / "valid.parquet", quantizer.num_subspaces)
+    valid_rows = read_spectra(run / "codes" / "valid.parquet") if rows_read else None
     log_path = run / "log.csv"
     if dist_info.main and not log_path.is_file():
         with open(log_path, "w", newline="") as f:
@@ -534,15 +603,22 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
     model.train()
     while step < last:
         tick = time.perf_counter()
-        codes = torch.from_numpy(next(batches).astype(np.int64))                              # (b, P, M)
-        masked, predicted = global_targets(step, t.seed, (t.batch_size,) + tuple(codes.shape[1:]), t)
-        mine = masked[dist_info.rank::dist_info.world]                                        # (b, P, M)
+        batch = next(batches)
+        codes = torch.from_numpy((batch[0] if rows_read else batch).astype(np.int64))         # (b, P, M)
+        if rows_read:                          # whole rows: draw (B, P, 1) masks, every sub-space of a row a target
+            masked, predicted = global_targets(step, t.seed, (t.batch_size, codes.shape[1], 1), t)
+            predicted = predicted.expand(-1, -1, codes.shape[2])                              # (B, P, M)
+            row_mask = masked[dist_info.rank::dist_info.world, :, 0].to(dev)                  # (b, P)
+            inputs = torch.from_numpy(batch[1]).to(dev)                                       # (b, P, 56)
+        else:
+            masked, predicted = global_targets(step, t.seed, (t.batch_size,) + tuple(codes.shape[1:]), t)
+            row_mask = None
+            inputs = codes.masked_fill(masked[dist_info.rank::dist_info.world], MASK_ID).to(dev)  # (b, P, M)
         counts = predicted.sum(dim=(0, 1)).to(torch.float32).to(dev)                          # (M,) global
-        inputs = codes.masked_fill(mine, MASK_ID).to(dev)
         labels = codes.masked_fill(~predicted[dist_info.rank::dist_info.world], IGNORE_INDEX).to(dev)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, t)
-        loss, ce, n, correct = wrapped(inputs, labels, counts)
+        loss, ce, n, correct = wrapped(inputs, labels, counts, row_mask)
         optimizer.zero_grad(set_to_none=True)
         (loss * dist_info.world).backward()   # DDP averages gradients over processes: undo it to sum the loss
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
@@ -568,7 +644,7 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
                    "valid_loss": "", "valid_accuracy": "",
                    "sequences_per_s": round(window["sequences"] / max(1e-9, time.perf_counter() - window_start), 1)}
             if evaluate and dist_info.main and len(valid):
-                result = mlm_accuracy(model, valid, t.mask_probability, t.seed + 1)
+                result = mlm_accuracy(model, valid, t.mask_probability, t.seed + 1, spectra=valid_rows)
                 row["valid_loss"], row["valid_accuracy"] = round(result["loss_sum"], 4), round(
                     result["accuracy_mean"], 4)
                 _append_jsonl(run / "eval.jsonl", {"step": step, **result})
@@ -591,7 +667,8 @@ def train(run: Union[str, os.PathLike], config: PretrainConfig, *, device: Optio
                "processes": dist_info.world, "device": dev.type, "prepared": prepared}
     if step >= t.max_steps and dist_info.main:
 
-        final = mlm_accuracy(model, valid, t.mask_probability, t.seed + 1) if len(valid) else None
+        final = (mlm_accuracy(model, valid, t.mask_probability, t.seed + 1, spectra=valid_rows) if len(valid)
+                 else None)
         summary["valid"] = final
         save_encoder(run / "encoder", model.cpu(), quantizer, probe_set, reaction=t.reaction,
                      corpus=prepared["corpus"], seed=t.seed, training={**config.to_dict()["training"],
