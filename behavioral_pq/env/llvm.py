@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 from behavioral_pq.core.catalog import PASSES, sequence_pipeline
-from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.engine import Engine, LiveSession, StepResult, default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
@@ -180,6 +180,61 @@ def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Modul
     return f"file://{path.resolve()}", load_module(path, engine=engine)
 
 
+class LiveState(Module):
+    """The module of an episode's current state, live in the engine's session worker: its instruction count and
+    the features the step asked for came back with the step; its bitcode is fetched when something needs it (IR,
+    bitcode, a hash, a tool), and only while the session is still in this state (``RuntimeError`` after).
+    ``values`` caches this state's observations."""
+
+    def __init__(self, session: LiveSession, result: StepResult):
+        self.name, self.source = session.name, None
+        self.session = session
+        self.version = len(session.pipelines)
+        self.values: Dict[str, Any] = {}
+        self._fetched: Optional[bytes] = None
+        self.__dict__["instruction_count"] = result.instruction_count
+        self.record(result)
+
+    def record(self, result: StepResult) -> None:
+        if result.autophase is not None:
+            self.values["Autophase"] = result.autophase
+        if result.instcount is not None:
+            self.values["InstCount"] = result.instcount
+
+    @property
+    def live(self) -> bool:
+        return len(self.session.pipelines) == self.version
+
+    @property
+    def _bitcode(self) -> bytes:   # what Module's methods read
+        if self._fetched is None:
+            if not self.live:
+                raise RuntimeError(f"{self.name}: this state's module is gone (its episode moved on)")
+            self._fetched = self.session.bitcode()
+        return self._fetched
+
+    def features(self, name: str) -> np.ndarray:
+        """Autophase or InstCount, read in place (one round trip, no bitcode)."""
+        if name not in self.values:
+            if self._fetched is not None or not self.live:
+                self.values[name] = autophase(Module(self._bitcode)) if name == "Autophase" else \
+                    instcount(Module(self._bitcode))
+            else:
+                self.record(self.session.observe(autophase=name == "Autophase", instcount=name == "InstCount"))
+        return self.values[name]
+
+    def rebind(self, session: LiveSession) -> "LiveState":
+        """This state as the state of ``session`` (a fork of this one's session)."""
+        other = LiveState.__new__(LiveState)
+        other.__dict__.update(self.__dict__)
+        other.session, other.values = session, dict(self.values)
+        return other
+
+
+#: Observations a step brings back with the pass result when they are the ones asked for.
+IN_PLACE = ("Autophase", "InstCount")
+
+
 class LlvmEnv(gymnasium.Env):
     """CompilerGym's ``llvm-v0`` on LLVM 19 (Gymnasium API: ``reset`` -> (obs, info), ``step`` -> (obs, reward,
     terminated, truncated, info)).
@@ -215,6 +270,12 @@ class LlvmEnv(gymnasium.Env):
         self._start = time.monotonic()
         self._cache: Dict[Tuple[str, str], Any] = {}
         self.observation = _Observations(self)
+        # With the package's Engine, the episode's module stays live in its session worker (one pass per step in
+        # place, no bitcode sent); any other engine object gets bitcode in and out at every step.
+        self._live = isinstance(self.engine, Engine)
+        self._session: Optional[LiveSession] = None
+        #: Observations that each step computes in place along with the pass (besides the default observation).
+        self.prefetch: Tuple[str, ...] = ()
 
     # -- the Gymnasium API ---------------------------------------------------------------------------------------
 
@@ -229,6 +290,9 @@ class LlvmEnv(gymnasium.Env):
         self.benchmark = benchmark
         self._uri, self._initial = load_benchmark(benchmark, self.engine)
         self._module = self._initial
+        self._close_session()
+        if self._live:
+            self._session = self.engine.open_session(self._initial.bitcode, self._initial.name)
         self._actions = []
         self._reward_total = 0.0
         self._start = time.monotonic()
@@ -250,27 +314,58 @@ class LlvmEnv(gymnasium.Env):
         before = {r: self._reward_metric(r, self._module) for r in rewards}
         info: Dict[str, Any] = {"action_had_no_effect": False}
         terminated = False
+        obs_names = list(observation_spaces) if observation_spaces is not None else self.observation_space_name
         try:
-            start = self._module
-            for action in actions:   # one run per action, as separate steps: the same modules as step()
-                bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
-                                                   name=self._module.name)
-                self._module = Module(bitcode, name=self._module.name)
-                self._actions.append(action)
-            info["action_had_no_effect"] = self._module.sha256 == start.sha256
+            if self._live:
+                info["action_had_no_effect"] = not self._live_steps(actions, obs_names)
+            else:
+                start = self._module
+                for action in actions:   # one run per action, as separate steps: the same modules as step()
+                    bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
+                                                       name=self._module.name)
+                    self._module = Module(bitcode, name=self._module.name)
+                    self._actions.append(action)
+                info["action_had_no_effect"] = self._module.sha256 == start.sha256
         except EngineError as exc:
             terminated = True
             info["error"] = f"{type(exc).__name__}: {exc}"
         values = [self._reward(r, before[r]) if not terminated else 0.0 for r in rewards]
         if self.reward_space_name in rewards:
             self._reward_total += values[rewards.index(self.reward_space_name)]
-        obs_names = list(observation_spaces) if observation_spaces is not None else self.observation_space_name
         observation = self._observe(obs_names)
         reward = values if reward_spaces is not None else (values[0] if values else 0.0)
         return observation, reward, terminated, False, info
 
+    def _live_steps(self, actions: Sequence[int], obs_names) -> bool:
+        """Apply ``actions`` to the live module, one run each; True when any changed it. The last one brings back
+        the in-place observations that are asked for or prefetched."""
+        wanted = set(self.prefetch) | set([obs_names] if isinstance(obs_names, str) else obs_names or [])
+        changed = False
+        for i, action in enumerate(actions):
+            last = i == len(actions) - 1
+            result = self._session.apply(sequence_pipeline([action]), autophase=last and "Autophase" in wanted,
+                                         instcount=last and "InstCount" in wanted)
+            self._actions.append(action)
+            if result.changed:
+                changed = True
+                self._module = LiveState(self._session, result)
+            elif isinstance(self._module, LiveState):   # the same module: keep what is known of it
+                self._module.version = len(self._session.pipelines)
+                self._module.record(result)
+            else:   # still the initial module
+                self._module = LiveState(self._session, result)
+                self._module._fetched = self._initial.bitcode
+        return changed
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
     def close(self) -> None:
         self._cache.clear()
+        if self._session is not None:
+            self._session.close()   # frees the live module; a later step replays the episode into a new one
 
     # -- CompilerGym's extras ------------------------------------------------------------------------------------
 
@@ -301,6 +396,11 @@ class LlvmEnv(gymnasium.Env):
         other = LlvmEnv(self.benchmark, observation_space=self.observation_space_name,
                         reward_space=self.reward_space_name, engine=self.engine, encoder=self._encoder)
         other._uri, other._initial, other._module = self._uri, self._initial, self._module
+        if self._session is not None:
+            other._session = self._session.fork()
+            if isinstance(self._module, LiveState):
+                other._module = self._module.rebind(other._session)
+        other.prefetch = self.prefetch
         other._actions, other._reward_total, other._start = list(self._actions), self._reward_total, self._start
         other._cache = self._cache          # keyed by module hash: shared safely
         return other
@@ -339,9 +439,20 @@ class LlvmEnv(gymnasium.Env):
         return [self.observation[n] for n in names]
 
     def _compute(self, name: str, module: Module):
+        if isinstance(module, LiveState) and name in IN_PLACE:
+            return module.features(name)
+        return self._cached(name, module, lambda: _OBSERVERS[name](self, module))
+
+    def _cached(self, name: str, module: Module, compute: Callable[[], Any]):
+        """``compute()``, once per (name, module): a live state keeps its own values, a Module's are keyed by
+        its hash."""
+        if isinstance(module, LiveState):
+            if name not in module.values:
+                module.values[name] = compute()
+            return module.values[name]
         key = (name, module.sha256)
         if key not in self._cache:
-            self._cache[key] = _OBSERVERS[name](self, module)
+            self._cache[key] = compute()
         return self._cache[key]
 
     def _reward_metric(self, name: str, module: Module) -> float:
