@@ -172,3 +172,20 @@ def test_live_session_errors_are_typed():
         with pytest.raises(PipelineError):
             session.apply("no-such-pass")
         assert session.pipelines == ["function(sroa)"]
+
+
+def test_reset_reuses_an_unchanged_benchmark_file_and_reloads_a_changed_one(engine, tmp_path, monkeypatch):
+    loads = []
+    original = env_llvm.load_benchmark
+    monkeypatch.setattr(env_llvm, "load_benchmark", lambda b, e: loads.append(str(b)) or original(b, e))
+    path = tmp_path / "prog.c"
+    path.write_text("int f(int x) { return x + 1; }\n")
+    env = make("llvm-v0", benchmark=str(path), engine=engine)
+    env.reset()
+    first = env.initial_module
+    env.step(SROA)
+    env.reset()
+    assert len(loads) == 1 and env.initial_module is first and env.actions == []
+    path.write_text("int f(int x) { int y = x * 3; return y + 1; }\n")
+    env.reset()
+    assert len(loads) == 2 and env.initial_module.instruction_count > first.instruction_count

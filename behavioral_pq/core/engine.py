@@ -788,7 +788,8 @@ class Engine:
 
 @dataclass
 class StepResult:
-    """What one pass application reports: whether the module changed, its instruction count, and Autophase
+    """What one pass application reports: whether the passes reported a change (left some analysis not preserved:
+    CompilerGym's "action had an effect"), the instruction count, and Autophase
     (int64 (56,)) / InstCount (int64 (len(INSTCOUNT_FEATURES),)) when they were asked for, else None."""
 
     changed: bool
@@ -817,17 +818,15 @@ class LiveSession:
         self.name = name
         self._initial = bitcode
         self.pipelines: List[str] = list(pipelines)   # applied since the initial bitcode, in order
-        self._generation, self._sid = _sid if _sid is not None else (None, None)
-        if _sid is None:
-            self._open()
+        self._generation, self._sid = _sid if _sid is not None else (None, None)   # opened on first use
 
     def _open(self) -> None:
         self._generation, self._sid = self.engine._session_call(("open", self._initial, list(self.pipelines)),
                                                                 self.name)
 
     def _call(self, op: str, *args, pipeline: Optional[str] = None):
-        if self._generation != self.engine._session_generation:
-            self._open()   # the worker that held the module died: replay
+        if self._sid is None or self._generation != self.engine._session_generation:
+            self._open()   # first use, or the worker that held the module died: replay
         generation, value = self.engine._session_call((op, self._sid) + args, self.name, pipeline)
         return value
 
@@ -854,7 +853,8 @@ class LiveSession:
         return LiveSession(self.engine, self._initial, self.name, self.pipelines, _sid=(self._generation, sid))
 
     def close(self) -> None:
-        """Free the module in the worker (also done when the session is garbage-collected)."""
+        """Free the module in the worker (also done when the session is garbage-collected); a later call opens
+        it again."""
         if self._sid is not None:
             self.engine._drop_session(self._generation, self._sid)
             self._sid = None

@@ -235,6 +235,21 @@ class LiveState(Module):
 IN_PLACE = ("Autophase", "InstCount")
 
 
+def _benchmark_key(benchmark: BenchmarkLike) -> Optional[tuple]:
+    """What identifies a benchmark's content without loading it: a generator or store URI (deterministic,
+    content-addressed), or a file's path, size and modification time; None when there is no cheap key."""
+    if isinstance(benchmark, (Module, bytes, bytearray)):
+        return None
+    text = str(benchmark)
+    if text.startswith(("generator://", "benchmark://")):
+        return (text,)
+    try:
+        info = os.stat(text[len("file://"):] if text.startswith("file://") else text)
+    except (OSError, ValueError):
+        return None
+    return (text, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
 class LlvmEnv(gymnasium.Env):
     """CompilerGym's ``llvm-v0`` on LLVM 19 (Gymnasium API: ``reset`` -> (obs, info), ``step`` -> (obs, reward,
     terminated, truncated, info)).
@@ -274,6 +289,7 @@ class LlvmEnv(gymnasium.Env):
         # place, no bitcode sent); any other engine object gets bitcode in and out at every step.
         self._live = isinstance(self.engine, Engine)
         self._session: Optional[LiveSession] = None
+        self._loaded: Optional[Tuple[Any, str, Module]] = None   # (key, URI, module) of the last benchmark loaded
         #: Observations that each step computes in place along with the pass (besides the default observation).
         self.prefetch: Tuple[str, ...] = ()
 
@@ -288,7 +304,7 @@ class LlvmEnv(gymnasium.Env):
         if benchmark is None:
             raise ValueError("no benchmark: make('llvm-v0', benchmark=...) or reset(benchmark=...)")
         self.benchmark = benchmark
-        self._uri, self._initial = load_benchmark(benchmark, self.engine)
+        self._uri, self._initial = self._load(benchmark)
         self._module = self._initial
         self._close_session()
         if self._live:
@@ -297,6 +313,16 @@ class LlvmEnv(gymnasium.Env):
         self._reward_total = 0.0
         self._start = time.monotonic()
         return self._observe(self.observation_space_name), {"benchmark": self._uri}
+
+    def _load(self, benchmark: BenchmarkLike) -> Tuple[str, Module]:
+        """:func:`load_benchmark`, reusing the last benchmark while it is the same (a file: same path, size and
+        modification time), so that a reset per episode does not compile or prepare it again."""
+        key = _benchmark_key(benchmark)
+        if key is not None and self._loaded is not None and self._loaded[0] == key:
+            return self._loaded[1], self._loaded[2]
+        uri, module = load_benchmark(benchmark, self.engine)
+        self._loaded = (key, uri, module) if key is not None else None
+        return uri, module
 
     def step(self, action: int, *, observation_spaces: Optional[Sequence[str]] = None,
              reward_spaces: Optional[Sequence[str]] = None):
@@ -400,7 +426,7 @@ class LlvmEnv(gymnasium.Env):
             other._session = self._session.fork()
             if isinstance(self._module, LiveState):
                 other._module = self._module.rebind(other._session)
-        other.prefetch = self.prefetch
+        other.prefetch, other._loaded = self.prefetch, self._loaded
         other._actions, other._reward_total, other._start = list(self._actions), self._reward_total, self._start
         other._cache = self._cache          # keyed by module hash: shared safely
         return other

@@ -437,13 +437,8 @@ TreeResult autophaseTree(const std::vector<std::string> &roots, const std::vecto
   return result;
 }
 
-namespace {
-uint64_t digestOf(std::string_view data) { return std::hash<std::string_view>()(data); }
-}  // namespace
-
 LiveModule::LiveModule(std::string_view bitcode)
-    : context_(std::make_unique<LLVMContext>()), module_(parseBitcode(bitcode, *context_)),
-      digest_(digestOf(bitcode)) {}
+    : context_(std::make_unique<LLVMContext>()), module_(parseBitcode(bitcode, *context_)) {}
 
 LiveModule::~LiveModule() { module_.reset(); }
 
@@ -453,11 +448,7 @@ bool LiveModule::apply(const std::string &pipeline, const Progress &progress) {
   progress.begin(0, 0, 0);
   const PreservedAnalyses preserved = lease->run(*module_, *mpm);
   progress.end(0);
-  if (preserved.areAllPreserved()) return false;
-  const uint64_t digest = digestOf(writeBitcode(*module_));
-  const bool changed = digest != digest_;
-  digest_ = digest;
-  return changed;
+  return !preserved.areAllPreserved();
 }
 
 AutophaseVector LiveModule::autophase() const { return bpq::autophase(*module_); }

@@ -102,8 +102,8 @@ class LiveModule {
   LiveModule &operator=(const LiveModule &) = delete;
 
   // Applies `pipeline` in place with freshly cleared analyses (as one edge of autophaseTree). Returns whether the
-  // module changed: false when the passes preserved every analysis, else whether the bitcode (written without
-  // use-list order, as runPipeline writes it) differs from the state before.
+  // passes reported a change (did not preserve every analysis), as CompilerGym's legacy pass manager reports it:
+  // no bitcode is written to find out.
   bool apply(const std::string &pipeline, const Progress &progress);
   AutophaseVector autophase() const;
   std::vector<int64_t> instcount() const;
@@ -114,7 +114,6 @@ class LiveModule {
  private:
   std::unique_ptr<llvm::LLVMContext> context_;
   std::unique_ptr<llvm::Module> module_;  // destroyed before its context
-  uint64_t digest_;                       // of the module's bitcode without use-list order
 };
 
 // Timing floor for benchmarks: only the P pipeline runs of one module, in this thread, copies made outside
