@@ -1,8 +1,8 @@
-"""One side of bench/env_step.py, run in its own process (pinned by the caller): times ``reset`` and ``step`` of
-one environment on one bitcode file. Runs under CompilerGym 0.2.5's venv (``--side compiler_gym``) or this
+"""One side of bench/env_step.py, run in its own process (pinned by the caller): times ``reset`` and ``step``
+of one environment on one bitcode file. Runs under CompilerGym 0.2.5's venv (``--side compiler_gym``) or this
 package's (``shim``, ``core``, ``core-bytes``). Reads a JSON request on stdin, prints a JSON reply on stdout.
 
-Request: {"side", "bitcode" (path), "actions" (ints), "resets" (int)}. Reply: {"reset_s": [...], "step_s": [...],
+Request: {"side", "bitcode" (path), "actions" (ints), "resets" (int)}. Reply: {"reset_s": [...], "start_s": [...] (reset + first step), "step_s": [...],
 "instructions" (at reset), "errors" (steps that ended an episode)}.
 
 Each step is ``env.step(action)`` of an environment made with observation_space="Autophase" and
@@ -46,7 +46,7 @@ def _ours(side: str, path: str):
         from behavioral_pq.env import make
 
         engine = inner = bpq.Engine(workers=1)
-        if side == "core-bytes":     # not an Engine: bitcode in and out of the worker at every step (the old path)
+        if side == "core-bytes":     # not an Engine: bitcode in and out of the worker at every step (old path)
             class ByteEngine:
                 def run_pipeline(self, bitcode, pipeline, name="module"):
                     return inner.run_pipeline(bitcode, pipeline, name=name)
@@ -72,13 +72,18 @@ def main() -> None:
             env, reset, step, count = _compiler_gym(f.read())
     else:
         env, reset, step, count = _ours(side, request["bitcode"])
-    reset()   # first reset: starts services and workers, not timed
+    reset()   # the first reset and step start services and workers: not timed
     instructions = count()
-    reset_s = []
+    step(request["actions"][0])
+    reset()
+    reset_s, start_s = [], []
     for _ in range(request["resets"]):
         start = time.perf_counter()
         reset()
         reset_s.append(time.perf_counter() - start)
+        step(request["actions"][0])   # an episode's start: reset and its first step (a live module opens there)
+        start_s.append(time.perf_counter() - start)
+        reset()
     step_s, errors = [], 0
     for action in request["actions"]:
         start = time.perf_counter()
@@ -90,7 +95,7 @@ def main() -> None:
         else:
             step_s.append(elapsed)
     env.close()
-    json.dump({"reset_s": reset_s, "step_s": step_s, "instructions": instructions, "errors": errors}, sys.stdout)
+    json.dump({"reset_s": reset_s, "start_s": start_s, "step_s": step_s, "instructions": instructions, "errors": errors}, sys.stdout)
 
 
 if __name__ == "__main__":

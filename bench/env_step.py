@@ -121,8 +121,10 @@ def main() -> None:
             for side, replies in runs.items():
                 steps = [s for reply in replies for s in reply["step_s"]]
                 resets = [s for reply in replies for s in reply["reset_s"]]
+                starts = [s for reply in replies for s in reply["start_s"]]
                 row["sides"][side] = {"step_ms": 1e3 * statistics.median(steps),
                                       "reset_ms": 1e3 * statistics.median(resets),
+                                      "start_ms": 1e3 * statistics.median(starts),
                                       "instructions": replies[0]["instructions"],
                                       "errors": sum(reply["errors"] for reply in replies)}
             row["bucket"] = bucket_of(row["sides"].get("core", row["sides"][sides[-1]])["instructions"])
@@ -145,27 +147,27 @@ def summarize(results, sides):
     groups = {name: [r for r in results if r["bucket"] == name] for name, _, _ in BUCKETS}
     groups["200-5k"] = groups["200-1k"] + groups["1k-5k"]
     table = {}
-    header = f"{'bucket':8s} {'n':>2s} " + " ".join(f"{s + ' step':>17s} {s + ' reset':>18s}" for s in sides)
-    print(header)
+    print("median ms (xN: CompilerGym's time / this side's); start = reset + first step")
+    print(f"{'bucket':8s} {'n':>2s} " + " ".join(f"{s:>44s}" for s in sides))
     for name, rows in groups.items():
         if not rows:
             continue
         entry = {"programs": len(rows)}
         for side in sides:
             entry[side] = {key: statistics.median(r["sides"][side][key] for r in rows)
-                           for key in ("step_ms", "reset_ms")}
+                           for key in ("step_ms", "reset_ms", "start_ms")}
         if "compiler_gym" in sides:
             for side in sides:
                 if side != "compiler_gym":
-                    entry[side]["step_speedup"] = entry["compiler_gym"]["step_ms"] / entry[side]["step_ms"]
-                    entry[side]["reset_speedup"] = entry["compiler_gym"]["reset_ms"] / entry[side]["reset_ms"]
+                    for key in ("step", "reset", "start"):
+                        entry[side][f"{key}_speedup"] = entry["compiler_gym"][f"{key}_ms"] / entry[side][f"{key}_ms"]
         table[name] = entry
         cells = []
         for side in sides:
             e = entry[side]
-            ratio = (f" x{e['step_speedup']:.1f}" if "step_speedup" in e else "")
-            cells.append(f"{e['step_ms']:9.3f}{ratio:>8s} {e['reset_ms']:9.2f}"
-                         + (f" x{e['reset_speedup']:<6.0f}" if "reset_speedup" in e else " " * 8))
+            cells.append(" ".join(f"{key} {e[key + '_ms']:6.3f}" + (f" x{e[key + '_speedup']:<4.1f}"
+                                                                   if key + "_speedup" in e else " " * 6)
+                                  for key in ("step", "reset", "start")))
         print(f"{name:8s} {len(rows):2d} " + " ".join(cells))
     return table
 
