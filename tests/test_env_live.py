@@ -189,3 +189,21 @@ def test_reset_reuses_an_unchanged_benchmark_file_and_reloads_a_changed_one(engi
     path.write_text("int f(int x) { int y = x * 3; return y + 1; }\n")
     env.reset()
     assert len(loads) == 2 and env.initial_module.instruction_count > first.instruction_count
+
+
+def test_an_episode_continued_in_a_fork_validates(engine):
+    # seed 0 on matmul: the fork's later passes name new values with other suffixes than a replay from scratch
+    rng = random.Random(0)
+    actions = [rng.randrange(len(PASSES)) for _ in range(30)]
+    env = make("llvm-v0", benchmark=str(EXAMPLES / "matmul.c"), reward_space="IrInstructionCount", engine=engine)
+    env.reset()
+    for action in actions[:8]:
+        env.step(action)
+    fork = env.fork()
+    for action in actions[8:]:
+        fork.step(action)
+    assert fork.validate()
+    replayed = bpq.optimize(env.initial_module, [PASSES[a].flag for a in actions], engine=engine)
+    assert fork.observation["Bitcode"] != replayed.bitcode       # only value names differ
+    assert env_llvm._same_module(fork._module, replayed, engine)
+    assert not env_llvm._same_module(fork._module, bpq.optimize(replayed, "-instcombine", engine=engine), engine)

@@ -378,9 +378,7 @@ class LlvmEnv(gymnasium.Env):
             elif isinstance(self._module, LiveState):   # the same module: keep what is known of it
                 self._module.version = len(self._session.pipelines)
                 self._module.record(result)
-            else:   # still the initial module
-                self._module = LiveState(self._session, result)
-                self._module._fetched = self._initial.bitcode
+            # else: still the initial module, whose bitcode and features are known here
         return changed
 
     def _close_session(self) -> None:
@@ -433,6 +431,9 @@ class LlvmEnv(gymnasium.Env):
 
     def validate(self, state: Optional[EnvState] = None) -> bool:
         """Replay ``state`` (default: this episode) from scratch and check that it gives this module and reward.
+        The modules are compared but for the names of local values: an episode that went through a fork names the
+        values later passes create with other suffixes (``%.promoted4`` for ``%.promoted1``) than a replay
+        does, as a fork's module is parsed afresh from bitcode.
 
         Raises ValueError naming what differs (another benchmark, another module, another reward)."""
         state = state or self.state
@@ -444,7 +445,7 @@ class LlvmEnv(gymnasium.Env):
             raise ValueError(f"state is for {state.benchmark}, this episode runs {self._uri}")
         if state.actions:
             replay.multistep(state.actions)
-        if replay._module.sha256 != self._module.sha256 or tuple(self._actions) != state.actions:
+        if tuple(self._actions) != state.actions or not _same_module(replay._module, self._module, self.engine):
             raise ValueError("replaying the actions gives another module than this episode's")
         if state.reward is not None and self.reward_space_name and not np.isclose(
                 replay._reward_total, state.reward, rtol=1e-9, atol=1e-9):
@@ -521,6 +522,13 @@ class _Observations:
 
     def keys(self) -> Tuple[str, ...]:
         return OBSERVATION_SPACES
+
+
+def _same_module(a: Module, b: Module, engine: Engine) -> bool:
+    """Whether two modules are the same but for the names of local values and internal symbols."""
+    if a.sha256 == b.sha256:
+        return True
+    return engine.run_pipeline(a.bitcode, "strip", name=a.name) == engine.run_pipeline(b.bitcode, "strip", name=b.name)
 
 
 def _check(name: str, known: Sequence[str], what: str) -> None:
