@@ -2,8 +2,8 @@
 of one environment on one bitcode file. Runs under CompilerGym 0.2.5's venv (``--side compiler_gym``) or this
 package's (``shim``, ``core``, ``core-bytes``). Reads a JSON request on stdin, prints a JSON reply on stdout.
 
-Request: {"side", "bitcode" (path), "actions" (ints), "resets" (int)}. Reply: {"reset_s": [...], "start_s": [...] (reset + first step), "step_s": [...],
-"instructions" (at reset), "errors" (steps that ended an episode)}.
+Request: {"side", "bitcode" (path), "actions" (ints), "resets" (int)}. Reply: {"reset_s": [...], "start_s": [...]
+(reset + first step), "step_s": [...], "instructions" (at reset), "errors" (steps that ended an episode)}.
 
 Each step is ``env.step(action)`` of an environment made with observation_space="Autophase" and
 reward_space="IrInstructionCount" (the observation and the reward come back with the step). A step that ends the
@@ -95,7 +95,8 @@ def main() -> None:
         else:
             step_s.append(elapsed)
     env.close()
-    json.dump({"reset_s": reset_s, "start_s": start_s, "step_s": step_s, "instructions": instructions, "errors": errors}, sys.stdout)
+    json.dump({"reset_s": reset_s, "start_s": start_s, "step_s": step_s, "instructions": instructions,
+               "errors": errors}, sys.stdout)
 
 
 if __name__ == "__main__":

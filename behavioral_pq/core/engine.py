@@ -583,8 +583,8 @@ class Engine:
                     self._in_process_sessions = Sessions(native)
                 return self._session_generation, self._in_process(
                     lambda: self._in_process_sessions.handle(request, None), InvalidIRError)
-            garbage = [sid for generation, sid in self._closed_sessions if generation == self._session_generation]
-            self._closed_sessions.clear()
+            closed, self._closed_sessions = self._closed_sessions, []   # __del__ may append at any time
+            garbage = [sid for generation, sid in closed if generation == self._session_generation]
             if garbage:
                 self._session_exchange(("close", garbage), name, None)
             return self._session_generation, self._session_exchange(request, name, pipeline)

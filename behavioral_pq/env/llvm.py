@@ -5,6 +5,11 @@ per state; rewards follow CompilerGym's definitions. Every pass runs in the cras
 processes, fixed address layout), so a pass that aborts LLVM ends the episode (``terminated``, the error in
 ``info["error"]``) and the environment goes on working. Passes run in the engine's *measure* mode (no
 TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR for the host triple.
+
+With the package's :class:`~behavioral_pq.core.engine.Engine`, the episode's module stays live in the engine's
+session worker (:class:`~behavioral_pq.core.engine.LiveSession`): a step sends one pass and gets the instruction
+count and the Autophase / InstCount it needs back, and bitcode crosses over only when something asks for it (Ir,
+Bitcode, a tool's observation, ``validate``). A fork copies the module in the worker.
 """
 
 from __future__ import annotations
