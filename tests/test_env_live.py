@@ -1,6 +1,7 @@
 """The environment's live module: a step runs one pass on the module kept in the session worker, with the same
 results as the pass sequence applied from scratch, no bitcode sent, and crashes and hangs contained as before."""
 
+import gc
 import random
 
 import numpy as np
@@ -207,3 +208,20 @@ def test_an_episode_continued_in_a_fork_validates(engine):
     assert fork.observation["Bitcode"] != replayed.bitcode       # only value names differ
     assert env_llvm._same_module(fork._module, replayed, engine)
     assert not env_llvm._same_module(fork._module, bpq.optimize(replayed, "-instcombine", engine=engine), engine)
+
+
+def test_closed_and_collected_episodes_free_their_live_modules():
+    # in-process sessions can be counted; a worker runs the same Sessions code and gets the same close requests
+    with Engine(workers=0) as engine:
+        env = make("llvm-v0", benchmark=str(EXAMPLES / "sum_array.c"), engine=engine)
+        env.reset()
+        env.step(SROA)
+        forks = [env.fork() for _ in range(3)]
+        for fork in forks:
+            fork.step(SROA)
+        assert len(engine._in_process_sessions.modules) == 4
+        del forks, fork
+        gc.collect()       # an environment is in reference cycles (its observation view)
+        env.reset()        # the episode's own session is closed too
+        env.step(SROA)     # the next request frees what was dropped
+        assert len(engine._in_process_sessions.modules) == 1

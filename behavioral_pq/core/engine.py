@@ -578,13 +578,15 @@ class Engine:
         sessions replay on next use) and raises PassCrashError / PassTimeoutError; bad input raises
         InvalidIRError."""
         with self._session_lock:
+            closed, self._closed_sessions = self._closed_sessions, []   # __del__ may append at any time
+            garbage = [sid for generation, sid in closed if generation == self._session_generation]
             if self.workers == 0:
                 if self._in_process_sessions is None:
                     self._in_process_sessions = Sessions(native)
-                return self._session_generation, self._in_process(
-                    lambda: self._in_process_sessions.handle(request, None), InvalidIRError)
-            closed, self._closed_sessions = self._closed_sessions, []   # __del__ may append at any time
-            garbage = [sid for generation, sid in closed if generation == self._session_generation]
+                sessions = self._in_process_sessions
+                sessions.handle(("close", garbage), None)
+                return self._session_generation, self._in_process(lambda: sessions.handle(request, None),
+                                                                  InvalidIRError)
             if garbage:
                 self._session_exchange(("close", garbage), name, None)
             return self._session_generation, self._session_exchange(request, name, pipeline)
