@@ -12,6 +12,7 @@ import behavioral_pq as bpq
 import behavioral_pq.env.llvm as env_llvm
 from behavioral_pq.core.catalog import PASSES, sequence_pipeline
 from behavioral_pq.core.engine import Engine, LiveSession
+from behavioral_pq.core.features import INSTCOUNT_FEATURES
 from behavioral_pq.env import make
 from behavioral_pq.errors import PassCrashError, PipelineError
 
@@ -225,3 +226,21 @@ def test_closed_and_collected_episodes_free_their_live_modules():
         env.reset()        # the episode's own session is closed too
         env.step(SROA)     # the next request frees what was dropped
         assert len(engine._in_process_sessions.modules) == 1
+
+
+def test_a_compiler_gym_step_sends_no_bitcode_unless_asked(monkeypatch):
+    import behavioral_pq.env.compiler_gym as compiler_gym
+
+    fetched = []
+    original = LiveSession.bitcode
+    monkeypatch.setattr(LiveSession, "bitcode", lambda self: fetched.append(1) or original(self))
+    env = compiler_gym.make("llvm-v0", benchmark=str(EXAMPLES / "matmul.c"), observation_space="InstCountNorm",
+                            reward_space="IrInstructionCountOz")
+    env.reset()
+    for action in (SROA, 5, 60, 27, 90):
+        observation, reward, done, info = env.step(action)
+        assert not done and observation.shape == (len(INSTCOUNT_FEATURES) - 1,)
+    env.observation["AutophaseDict"]
+    env.fork().step(SROA)
+    assert fetched == []
+    assert env.ir_sha1 and fetched == [1]
