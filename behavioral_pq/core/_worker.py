@@ -53,9 +53,9 @@ class Sessions:
 
     def handle(self, request, progress):
         """Session requests: ``open`` (bitcode, pipelines to replay) -> id; ``apply`` (id, pipeline, wants) ->
-        (changed: the passes reported a change, instruction count, Autophase or None, InstCount or None); ``observe`` (id, wants) -> the same
-        without ``changed``; ``bitcode`` (id) -> bytes as ``run_pipeline`` writes them; ``fork`` (id) -> id of a
-        copy re-parsed from bitcode with use-list order; ``close`` (ids)."""
+        (changed: the passes reported a change, instruction count, Autophase or None, InstCount or None);
+        ``observe`` (id, wants) -> the same without ``changed``; ``bitcode`` (id) -> bytes as ``run_pipeline``
+        writes them; ``fork`` (id) -> id of a copy re-parsed from bitcode with use-list order; ``close`` (ids)."""
         op = request[0]
         if op == "open":
             _, bitcode, pipelines = request
