@@ -104,6 +104,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     sides = args.sides.split(",")
+    if "compiler_gym" in sides and not (args.cgenv / "bin" / "python").exists():
+        print(f"no CompilerGym venv at {args.cgenv} (bash ../shared/tools/compiler_gym_0.2.5.sh makes one): "
+              "measuring this package's sides only")
+        sides.remove("compiler_gym")
     results = []
     with tempfile.TemporaryDirectory(prefix="bpq-env-step-") as tmp:
         tmp = Path(tmp)
