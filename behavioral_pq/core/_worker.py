@@ -33,8 +33,61 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _handle(native, request, progress):
+class Sessions:
+    """Live modules by id (``native.LiveModule``): an environment's episode kept in memory between steps."""
+
+    def __init__(self, native):
+        self.native = native
+        self.modules = {}
+        self.next_id = 0
+
+    def _add(self, module) -> int:
+        self.next_id += 1
+        self.modules[self.next_id] = module
+        return self.next_id
+
+    def _observe(self, module, wants):
+        autophase, instcount = wants
+        return (module.instruction_count(), module.autophase() if autophase else None,
+                module.instcount() if instcount else None)
+
+    def handle(self, request, progress):
+        """Session requests: ``open`` (bitcode, pipelines to replay) -> id; ``apply`` (id, pipeline, wants) ->
+        (changed: the passes reported a change, instruction count, Autophase or None, InstCount or None);
+        ``observe`` (id, wants) -> the same without ``changed``; ``bitcode`` (id) -> bytes as ``run_pipeline``
+        writes them; ``fork`` (id) -> id of a copy re-parsed from bitcode with use-list order; ``close`` (ids)."""
+        op = request[0]
+        if op == "open":
+            _, bitcode, pipelines = request
+            module = self.native.LiveModule(bitcode)
+            for pipeline in pipelines:
+                module.apply(pipeline, progress)
+            return self._add(module)
+        if op == "apply":
+            _, sid, pipeline, wants = request
+            module = self.modules[sid]
+            changed = module.apply(pipeline, progress)
+            return (changed,) + self._observe(module, wants)
+        if op == "observe":
+            return self._observe(self.modules[request[1]], request[2])
+        if op == "bitcode":
+            return self.modules[request[1]].bitcode(False)
+        if op == "fork":
+            return self._add(self.native.LiveModule(self.modules[request[1]].bitcode(True)))
+        if op == "close":
+            for sid in request[1]:
+                self.modules.pop(sid, None)
+            return None
+        raise ValueError(f"unknown session request {op!r}")
+
+
+SESSION_OPS = ("open", "apply", "observe", "bitcode", "fork", "close")
+
+
+def _handle(native, request, progress, sessions=None):
     op = request[0]
+    if op in SESSION_OPS and sessions is not None:
+        return sessions.handle(request, progress)
     if op == "prepare":
         return native.prepare(request[1], request[2])
     if op == "run":
@@ -58,6 +111,7 @@ def main(argv) -> int:
 
     with open(progress_path, "r+b") as f:
         progress = mmap.mmap(f.fileno(), 24 * threads)
+    sessions = Sessions(native)
     while True:
         try:
             (size,) = HEADER.unpack(_read_exact(in_fd, HEADER.size))
@@ -65,7 +119,7 @@ def main(argv) -> int:
         except EOFError:
             return 0
         try:
-            reply = ("ok", _handle(native, request, progress))
+            reply = ("ok", _handle(native, request, progress, sessions))
         except ValueError as exc:  # native InputError: bad IR, bitcode or pipeline
             reply = ("input", str(exc))
         except Exception as exc:  # noqa: BLE001 - anything else is reported, the worker lives on

@@ -33,7 +33,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from behavioral_pq.core._native_loader import native
-from behavioral_pq.core._worker import HEADER
+from behavioral_pq.core._worker import HEADER, Sessions
 from behavioral_pq.errors import (
     BPQError,
     DeadlineError,
@@ -279,6 +279,13 @@ class Engine:
         self._pool: List[_Worker] = []
         self._lock = threading.Lock()
         self.restarts = 0  # workers replaced after a crash or timeout, for diagnostics
+        # Live sessions (see LiveSession) sit in one worker of their own, apart from the pool; its generation
+        # counts replacements, so a session can tell that its module is gone and must be replayed.
+        self._session_worker: Optional[_Worker] = None
+        self._session_generation = 0
+        self._session_lock = threading.RLock()
+        self._in_process_sessions: Optional[Sessions] = None
+        self._closed_sessions: List[Tuple[int, int]] = []  # (generation, id) of sessions dropped by their owner
 
     def __repr__(self) -> str:
         return f"Engine(workers={self.workers}, threads={self.threads}, timeout={self.timeout:g})"
@@ -295,6 +302,12 @@ class Engine:
             for worker in self._pool:
                 worker.close()
             self._pool.clear()
+        with self._session_lock:
+            if self._session_worker is not None:
+                self._session_worker.close()
+                self._session_worker = None
+            self._in_process_sessions = None
+            self._session_generation += 1
 
     # -- single-module operations --------------------------------------------------------------------------
     def prepare(self, data: bytes, name: str = "module") -> bytes:
@@ -322,6 +335,11 @@ class Engine:
             return self._in_process(lambda: native.run_pipeline(bitcode, pipeline, None, *spec), InvalidIRError)
         return self._single(("run", bytes(bitcode), pipeline, *spec), name, pipeline=pipeline,
                             invalid=InvalidIRError, deadline=deadline)
+
+    def open_session(self, bitcode: bytes, name: str = "module") -> "LiveSession":
+        """A module kept live in this engine's session worker, to apply passes to one at a time (an environment's
+        episode): see :class:`LiveSession`."""
+        return LiveSession(self, bytes(bitcode), name)
 
     # -- batches -------------------------------------------------------------------------------------------
     def autophase_after(self, bitcodes: Sequence[bytes], pipelines: Sequence[str], *,
@@ -553,6 +571,67 @@ class Engine:
                 kept.pop(i, None)
         return features, kept, errors
 
+    # -- live sessions -------------------------------------------------------------------------------------
+    def _session_call(self, request: tuple, name: str, pipeline: Optional[str] = None):
+        """Send a session request to the session worker (in-process with ``workers=0``); returns (generation,
+        value). A crash or a pipeline past the timeout kills the worker (every live module in it is lost; their
+        sessions replay on next use) and raises PassCrashError / PassTimeoutError; bad input raises
+        InvalidIRError."""
+        with self._session_lock:
+            closed, self._closed_sessions = self._closed_sessions, []   # __del__ may append at any time
+            garbage = [sid for generation, sid in closed if generation == self._session_generation]
+            if self.workers == 0:
+                if self._in_process_sessions is None:
+                    self._in_process_sessions = Sessions(native)
+                sessions = self._in_process_sessions
+                sessions.handle(("close", garbage), None)
+                return self._session_generation, self._in_process(lambda: sessions.handle(request, None),
+                                                                  InvalidIRError)
+            if garbage:
+                self._session_exchange(("close", garbage), name, None)
+            return self._session_generation, self._session_exchange(request, name, pipeline)
+
+    def _session_exchange(self, request: tuple, name: str, pipeline: Optional[str]):
+        if self._session_worker is None:
+            self._session_worker = _Worker(1)
+        worker = self._session_worker
+        timed_out = False
+        try:
+            worker.start(_Task(request))
+            while True:
+                readable, _, _ = select.select([worker.fd], [], [], 0.05)
+                if readable:
+                    reply = worker.read()
+                    if reply is not None:
+                        break
+                now = time.monotonic()
+                if worker.stuck(self.timeout, now) is not None or (
+                        request[0] != "open" and worker.elapsed(now) > self.timeout + 5):
+                    timed_out = True
+                    worker.kill()
+                    raise _WorkerDied()
+        except _WorkerDied:
+            error = self._engine_error(worker, timed_out, name, pipeline, None)
+            worker.kill()
+            worker.close()
+            self._session_worker = None
+            self._session_generation += 1
+            self.restarts += 1
+            raise error from None
+        except BaseException:   # interrupted mid-request: the reply would come unread, so start afresh
+            worker.kill()
+            worker.close()
+            self._session_worker = None
+            self._session_generation += 1
+            raise
+        status, value = reply
+        if status != "ok":
+            raise InvalidIRError(f"{name}: {value}")
+        return value
+
+    def _drop_session(self, generation: int, sid: int) -> None:
+        self._closed_sessions.append((generation, sid))   # closed with the next request (never from __del__)
+
     # -- internals -----------------------------------------------------------------------------------------
     def _after_task(self, bitcodes, pipelines, modules, first, count, threads=None) -> _Task:
         request = ("after", [bitcodes[m] for m in modules], list(pipelines[first:first + count]),
@@ -707,6 +786,87 @@ class Engine:
             self._pool.append(worker)
             return worker
         return None
+
+
+@dataclass
+class StepResult:
+    """What one pass application reports: whether the passes reported a change (left some analysis not preserved:
+    CompilerGym's "action had an effect"), the instruction count, and Autophase
+    (int64 (56,)) / InstCount (int64 (len(INSTCOUNT_FEATURES),)) when they were asked for, else None."""
+
+    changed: bool
+    instruction_count: int
+    autophase: Optional[np.ndarray] = None
+    instcount: Optional[np.ndarray] = None
+
+
+class LiveSession:
+    """A module kept in memory in the engine's session worker between pass applications: a pass runs in place and
+    the features are read in place, so one step sends a pipeline and gets numbers back; bitcode crosses the pipe
+    only when :meth:`bitcode` is asked for. A fork re-parses the module in the worker from its bitcode
+    (use-list order preserved), so it continues exactly as its parent would.
+
+    The results are those of the same pipelines applied one after the other to a module parsed once (each with
+    freshly cleared analyses, as :meth:`Engine.autophase_tree` applies a chain of edges). A pass that crashes LLVM
+    or runs past the engine's timeout raises PassCrashError / PassTimeoutError and kills the session worker; the
+    session stays in the state before that pass, and every session of the engine that lost its module replays
+    its pipelines from its initial bitcode on next use (results are reproducible: the worker's address layout is
+    fixed).
+    """
+
+    def __init__(self, engine: Engine, bitcode: bytes, name: str = "module",
+                 pipelines: Sequence[str] = (), *, _sid: Optional[Tuple[int, int]] = None):
+        self.engine = engine
+        self.name = name
+        self._initial = bitcode
+        self.pipelines: List[str] = list(pipelines)   # applied since the initial bitcode, in order
+        self._generation, self._sid = _sid if _sid is not None else (None, None)   # opened on first use
+
+    def _open(self) -> None:
+        self._generation, self._sid = self.engine._session_call(("open", self._initial, list(self.pipelines)),
+                                                                self.name)
+
+    def _call(self, op: str, *args, pipeline: Optional[str] = None):
+        if self._sid is None or self._generation != self.engine._session_generation:
+            self._open()   # first use, or the worker that held the module died: replay
+        generation, value = self.engine._session_call((op, self._sid) + args, self.name, pipeline)
+        return value
+
+    def apply(self, pipeline: str, *, autophase: bool = False, instcount: bool = False) -> StepResult:
+        """Run ``pipeline`` on the module in place; raises PassCrashError / PassTimeoutError (the module stays as
+        it was), PipelineError for a pipeline LLVM does not parse."""
+        check_pipeline(pipeline)
+        changed, count, features, counts = self._call("apply", pipeline, (autophase, instcount), pipeline=pipeline)
+        self.pipelines.append(pipeline)
+        return StepResult(bool(changed), int(count), features, counts)
+
+    def observe(self, *, autophase: bool = False, instcount: bool = False) -> StepResult:
+        """The module's instruction count, and Autophase / InstCount when asked (``changed`` is False)."""
+        count, features, counts = self._call("observe", (autophase, instcount))
+        return StepResult(False, int(count), features, counts)
+
+    def bitcode(self) -> bytes:
+        """The module's bitcode, as :meth:`Engine.run_pipeline` writes it."""
+        return self._call("bitcode")
+
+    def fork(self) -> "LiveSession":
+        """An independent session in this one's state."""
+        sid = self._call("fork")
+        return LiveSession(self.engine, self._initial, self.name, self.pipelines, _sid=(self._generation, sid))
+
+    def close(self) -> None:
+        """Free the module in the worker (also done when the session is garbage-collected); a later call opens
+        it again."""
+        if self._sid is not None:
+            self.engine._drop_session(self._generation, self._sid)
+            self._sid = None
+            self._generation = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def _check_deadline(deadline: Optional[float], name: str) -> None:

@@ -5,6 +5,11 @@ per state; rewards follow CompilerGym's definitions. Every pass runs in the cras
 processes, fixed address layout), so a pass that aborts LLVM ends the episode (``terminated``, the error in
 ``info["error"]``) and the environment goes on working. Passes run in the engine's *measure* mode (no
 TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR for the host triple.
+
+With the package's :class:`~behavioral_pq.core.engine.Engine`, the episode's module stays live in the engine's
+session worker (:class:`~behavioral_pq.core.engine.LiveSession`): a step sends one pass and gets the instruction
+count and the Autophase / InstCount it needs back, and bitcode crosses over only when something asks for it (Ir,
+Bitcode, a tool's observation, ``validate``). A fork copies the module in the worker.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 from gymnasium import spaces
 
 from behavioral_pq.core.catalog import PASSES, sequence_pipeline
-from behavioral_pq.core.engine import Engine, default_engine
+from behavioral_pq.core.engine import Engine, LiveSession, StepResult, default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
@@ -180,6 +185,76 @@ def load_benchmark(benchmark: BenchmarkLike, engine: Engine) -> Tuple[str, Modul
     return f"file://{path.resolve()}", load_module(path, engine=engine)
 
 
+class LiveState(Module):
+    """The module of an episode's current state, live in the engine's session worker: its instruction count and
+    the features the step asked for came back with the step; its bitcode is fetched when something needs it (IR,
+    bitcode, a hash, a tool), and only while the session is still in this state (``RuntimeError`` after).
+    ``values`` caches this state's observations."""
+
+    def __init__(self, session: LiveSession, result: StepResult):
+        self.name, self.source = session.name, None
+        self.session = session
+        self.version = len(session.pipelines)
+        self.values: Dict[str, Any] = {}
+        self._fetched: Optional[bytes] = None
+        self.__dict__["instruction_count"] = result.instruction_count
+        self.record(result)
+
+    def record(self, result: StepResult) -> None:
+        if result.autophase is not None:
+            self.values["Autophase"] = result.autophase
+        if result.instcount is not None:
+            self.values["InstCount"] = result.instcount
+
+    @property
+    def live(self) -> bool:
+        return len(self.session.pipelines) == self.version
+
+    @property
+    def _bitcode(self) -> bytes:   # what Module's methods read
+        if self._fetched is None:
+            if not self.live:
+                raise RuntimeError(f"{self.name}: this state's module is gone (its episode moved on)")
+            self._fetched = self.session.bitcode()
+        return self._fetched
+
+    def features(self, name: str) -> np.ndarray:
+        """Autophase or InstCount, read in place (one round trip, no bitcode)."""
+        if name not in self.values:
+            if self._fetched is not None or not self.live:
+                self.values[name] = autophase(Module(self._bitcode)) if name == "Autophase" else \
+                    instcount(Module(self._bitcode))
+            else:
+                self.record(self.session.observe(autophase=name == "Autophase", instcount=name == "InstCount"))
+        return self.values[name]
+
+    def rebind(self, session: LiveSession) -> "LiveState":
+        """This state as the state of ``session`` (a fork of this one's session)."""
+        other = LiveState.__new__(LiveState)
+        other.__dict__.update(self.__dict__)
+        other.session, other.values = session, dict(self.values)
+        return other
+
+
+#: Observations a step brings back with the pass result when they are the ones asked for.
+IN_PLACE = ("Autophase", "InstCount")
+
+
+def _benchmark_key(benchmark: BenchmarkLike) -> Optional[tuple]:
+    """What identifies a benchmark's content without loading it: a generator or store URI (deterministic,
+    content-addressed), or a file's path, size and modification time; None when there is no cheap key."""
+    if isinstance(benchmark, (Module, bytes, bytearray)):
+        return None
+    text = str(benchmark)
+    if text.startswith(("generator://", "benchmark://")):
+        return (text,)
+    try:
+        info = os.stat(text[len("file://"):] if text.startswith("file://") else text)
+    except (OSError, ValueError):
+        return None
+    return (text, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
 class LlvmEnv(gymnasium.Env):
     """CompilerGym's ``llvm-v0`` on LLVM 19 (Gymnasium API: ``reset`` -> (obs, info), ``step`` -> (obs, reward,
     terminated, truncated, info)).
@@ -215,6 +290,13 @@ class LlvmEnv(gymnasium.Env):
         self._start = time.monotonic()
         self._cache: Dict[Tuple[str, str], Any] = {}
         self.observation = _Observations(self)
+        # With the package's Engine, the episode's module stays live in its session worker (one pass per step in
+        # place, no bitcode sent); any other engine object gets bitcode in and out at every step.
+        self._live = isinstance(self.engine, Engine)
+        self._session: Optional[LiveSession] = None
+        self._loaded: Optional[Tuple[Any, str, Module]] = None   # (key, URI, module) of the last benchmark loaded
+        #: Observations that each step computes in place along with the pass (besides the default observation).
+        self.prefetch: Tuple[str, ...] = ()
 
     # -- the Gymnasium API ---------------------------------------------------------------------------------------
 
@@ -227,12 +309,25 @@ class LlvmEnv(gymnasium.Env):
         if benchmark is None:
             raise ValueError("no benchmark: make('llvm-v0', benchmark=...) or reset(benchmark=...)")
         self.benchmark = benchmark
-        self._uri, self._initial = load_benchmark(benchmark, self.engine)
+        self._uri, self._initial = self._load(benchmark)
         self._module = self._initial
+        self._close_session()
+        if self._live:
+            self._session = self.engine.open_session(self._initial.bitcode, self._initial.name)
         self._actions = []
         self._reward_total = 0.0
         self._start = time.monotonic()
         return self._observe(self.observation_space_name), {"benchmark": self._uri}
+
+    def _load(self, benchmark: BenchmarkLike) -> Tuple[str, Module]:
+        """:func:`load_benchmark`, reusing the last benchmark while it is the same (a file: same path, size and
+        modification time), so that a reset per episode does not compile or prepare it again."""
+        key = _benchmark_key(benchmark)
+        if key is not None and self._loaded is not None and self._loaded[0] == key:
+            return self._loaded[1], self._loaded[2]
+        uri, module = load_benchmark(benchmark, self.engine)
+        self._loaded = (key, uri, module) if key is not None else None
+        return uri, module
 
     def step(self, action: int, *, observation_spaces: Optional[Sequence[str]] = None,
              reward_spaces: Optional[Sequence[str]] = None):
@@ -250,27 +345,56 @@ class LlvmEnv(gymnasium.Env):
         before = {r: self._reward_metric(r, self._module) for r in rewards}
         info: Dict[str, Any] = {"action_had_no_effect": False}
         terminated = False
+        obs_names = list(observation_spaces) if observation_spaces is not None else self.observation_space_name
         try:
-            start = self._module
-            for action in actions:   # one run per action, as separate steps: the same modules as step()
-                bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
-                                                   name=self._module.name)
-                self._module = Module(bitcode, name=self._module.name)
-                self._actions.append(action)
-            info["action_had_no_effect"] = self._module.sha256 == start.sha256
+            if self._live:
+                info["action_had_no_effect"] = not self._live_steps(actions, obs_names)
+            else:
+                start = self._module
+                for action in actions:   # one run per action, as separate steps: the same modules as step()
+                    bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
+                                                       name=self._module.name)
+                    self._module = Module(bitcode, name=self._module.name)
+                    self._actions.append(action)
+                info["action_had_no_effect"] = self._module.sha256 == start.sha256
         except EngineError as exc:
             terminated = True
             info["error"] = f"{type(exc).__name__}: {exc}"
         values = [self._reward(r, before[r]) if not terminated else 0.0 for r in rewards]
         if self.reward_space_name in rewards:
             self._reward_total += values[rewards.index(self.reward_space_name)]
-        obs_names = list(observation_spaces) if observation_spaces is not None else self.observation_space_name
         observation = self._observe(obs_names)
         reward = values if reward_spaces is not None else (values[0] if values else 0.0)
         return observation, reward, terminated, False, info
 
+    def _live_steps(self, actions: Sequence[int], obs_names) -> bool:
+        """Apply ``actions`` to the live module, one run each; True when any changed it. The last one brings back
+        the in-place observations that are asked for or prefetched."""
+        wanted = set(self.prefetch) | set([obs_names] if isinstance(obs_names, str) else obs_names or [])
+        changed = False
+        for i, action in enumerate(actions):
+            last = i == len(actions) - 1
+            result = self._session.apply(sequence_pipeline([action]), autophase=last and "Autophase" in wanted,
+                                         instcount=last and "InstCount" in wanted)
+            self._actions.append(action)
+            if result.changed:
+                changed = True
+                self._module = LiveState(self._session, result)
+            elif isinstance(self._module, LiveState):   # the same module: keep what is known of it
+                self._module.version = len(self._session.pipelines)
+                self._module.record(result)
+            # else: still the initial module, whose bitcode and features are known here
+        return changed
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
     def close(self) -> None:
         self._cache.clear()
+        if self._session is not None:
+            self._session.close()   # frees the live module; a later step replays the episode into a new one
 
     # -- CompilerGym's extras ------------------------------------------------------------------------------------
 
@@ -301,12 +425,20 @@ class LlvmEnv(gymnasium.Env):
         other = LlvmEnv(self.benchmark, observation_space=self.observation_space_name,
                         reward_space=self.reward_space_name, engine=self.engine, encoder=self._encoder)
         other._uri, other._initial, other._module = self._uri, self._initial, self._module
+        if self._session is not None:
+            other._session = self._session.fork()
+            if isinstance(self._module, LiveState):
+                other._module = self._module.rebind(other._session)
+        other.prefetch, other._loaded = self.prefetch, self._loaded
         other._actions, other._reward_total, other._start = list(self._actions), self._reward_total, self._start
         other._cache = self._cache          # keyed by module hash: shared safely
         return other
 
     def validate(self, state: Optional[EnvState] = None) -> bool:
         """Replay ``state`` (default: this episode) from scratch and check that it gives this module and reward.
+        The modules are compared but for the names of local values: an episode that went through a fork names the
+        values later passes create with other suffixes (``%.promoted4`` for ``%.promoted1``) than a replay
+        does, as a fork's module is parsed afresh from bitcode.
 
         Raises ValueError naming what differs (another benchmark, another module, another reward)."""
         state = state or self.state
@@ -318,7 +450,7 @@ class LlvmEnv(gymnasium.Env):
             raise ValueError(f"state is for {state.benchmark}, this episode runs {self._uri}")
         if state.actions:
             replay.multistep(state.actions)
-        if replay._module.sha256 != self._module.sha256 or tuple(self._actions) != state.actions:
+        if tuple(self._actions) != state.actions or not _same_module(replay._module, self._module, self.engine):
             raise ValueError("replaying the actions gives another module than this episode's")
         if state.reward is not None and self.reward_space_name and not np.isclose(
                 replay._reward_total, state.reward, rtol=1e-9, atol=1e-9):
@@ -339,9 +471,20 @@ class LlvmEnv(gymnasium.Env):
         return [self.observation[n] for n in names]
 
     def _compute(self, name: str, module: Module):
+        if isinstance(module, LiveState) and name in IN_PLACE:
+            return module.features(name)
+        return self._cached(name, module, lambda: _OBSERVERS[name](self, module))
+
+    def _cached(self, name: str, module: Module, compute: Callable[[], Any]):
+        """``compute()``, once per (name, module): a live state keeps its own values, a Module's are keyed by
+        its hash."""
+        if isinstance(module, LiveState):
+            if name not in module.values:
+                module.values[name] = compute()
+            return module.values[name]
         key = (name, module.sha256)
         if key not in self._cache:
-            self._cache[key] = _OBSERVERS[name](self, module)
+            self._cache[key] = compute()
         return self._cache[key]
 
     def _reward_metric(self, name: str, module: Module) -> float:
@@ -384,6 +527,13 @@ class _Observations:
 
     def keys(self) -> Tuple[str, ...]:
         return OBSERVATION_SPACES
+
+
+def _same_module(a: Module, b: Module, engine: Engine) -> bool:
+    """Whether two modules are the same but for the names of local values and internal symbols."""
+    if a.sha256 == b.sha256:
+        return True
+    return engine.run_pipeline(a.bitcode, "strip", name=a.name) == engine.run_pipeline(b.bitcode, "strip", name=b.name)
 
 
 def _check(name: str, known: Sequence[str], what: str) -> None:

@@ -147,6 +147,38 @@ PYBIND11_MODULE(_native, m) {
      "Prefix-tree evaluation: returns (int64 (K, 56) Autophase at wanted nodes, {node: bitcode} at kept nodes, "
      "list of K error messages or None). parents[k] >= 0 is a node, -r-1 is roots[r].");
 
+  py::class_<LiveModule>(m, "LiveModule",
+                         "A module kept in memory between passes (its own LLVMContext): apply passes in place, read "
+                         "features in place, write bitcode only when asked.")
+      .def(py::init([](const py::bytes &bitcode) {
+        std::string in = bytesOf(bitcode);
+        py::gil_scoped_release release;
+        return std::make_unique<LiveModule>(in);
+      }), py::arg("bitcode"))
+      .def("apply", [](LiveModule &self, const std::string &pipeline, const py::object &progress) {
+        Progress p = progressOf(progress);
+        py::gil_scoped_release release;
+        return self.apply(pipeline, p);
+      }, py::arg("pipeline"), py::arg("progress") = py::none(),
+         "Run a new-PM pipeline in place; returns whether the module changed.")
+      .def("autophase", [](const LiveModule &self) {
+        const AutophaseVector v = self.autophase();
+        return toArray(std::vector<int64_t>(v.begin(), v.end()));
+      }, "int64 (56,)")
+      .def("instcount", [](const LiveModule &self) { return toArray(self.instcount()); },
+           "int64 (len(instcount_names()),)")
+      .def("instruction_count", &LiveModule::instructionCount)
+      .def("bitcode", [](const LiveModule &self, bool preserveUseListOrder) {
+        std::string out;
+        {
+          py::gil_scoped_release release;
+          out = self.bitcode(preserveUseListOrder);
+        }
+        return py::bytes(out);
+      }, py::arg("preserve_use_list_order") = false,
+         "Bitcode as run_pipeline writes it; with use-list order preserved, a copy parsed from it continues "
+         "exactly as this module would (what a fork uses).");
+
   m.def("time_pipelines", [](const py::bytes &bitcode, const std::vector<std::string> &pipelines) {
     std::string in = bytesOf(bitcode);
     py::gil_scoped_release release;

@@ -147,13 +147,14 @@ class Runner {
     return copy;
   }
 
-  void run(Module &M, ModulePassManager &mpm) {
-    mpm.run(M, mam_);
+  PreservedAnalyses run(Module &M, ModulePassManager &mpm) {
+    PreservedAnalyses preserved = mpm.run(M, mam_);
     // Results are keyed by IR addresses: drop them before the module goes away.
     lam_.clear();
     fam_.clear();
     cgam_.clear();
     mam_.clear();
+    return preserved;
   }
 
  private:
@@ -434,6 +435,30 @@ TreeResult autophaseTree(const std::vector<std::string> &roots, const std::vecto
   };
   onThreads(std::min<int64_t>(threads, numRoots), loop);
   return result;
+}
+
+LiveModule::LiveModule(std::string_view bitcode)
+    : context_(std::make_unique<LLVMContext>()), module_(parseBitcode(bitcode, *context_)) {}
+
+LiveModule::~LiveModule() { module_.reset(); }
+
+bool LiveModule::apply(const std::string &pipeline, const Progress &progress) {
+  Lease lease;
+  std::unique_ptr<ModulePassManager> mpm = lease->pipeline(pipeline);
+  progress.begin(0, 0, 0);
+  const PreservedAnalyses preserved = lease->run(*module_, *mpm);
+  progress.end(0);
+  return !preserved.areAllPreserved();
+}
+
+AutophaseVector LiveModule::autophase() const { return bpq::autophase(*module_); }
+
+std::vector<int64_t> LiveModule::instcount() const { return bpq::instcount(*module_); }
+
+int64_t LiveModule::instructionCount() const { return static_cast<int64_t>(module_->getInstructionCount()); }
+
+std::string LiveModule::bitcode(bool preserveUseListOrder) const {
+  return writeBitcode(*module_, preserveUseListOrder);
 }
 
 std::vector<double> timePipelines(const std::string &bitcode, const std::vector<std::string> &pipelines) {

@@ -90,6 +90,32 @@ TreeResult autophaseTree(const std::vector<std::string> &roots, const std::vecto
                          const std::vector<std::string> &edges, const std::vector<uint8_t> &wanted,
                          const std::vector<uint8_t> &keep, int threads, const Progress &progress);
 
+// One module kept in memory between pass applications (an environment's episode in a worker): passes run in
+// place, features are read in place, and bitcode is written only when asked. Holds its own LLVMContext. A fork is
+// a new LiveModule parsed from bitcode() (use-list order preserved), never CloneModule: the state continues
+// exactly as the tree evaluation's intermediate states do.
+class LiveModule {
+ public:
+  explicit LiveModule(std::string_view bitcode);
+  ~LiveModule();
+  LiveModule(const LiveModule &) = delete;
+  LiveModule &operator=(const LiveModule &) = delete;
+
+  // Applies `pipeline` in place with freshly cleared analyses (as one edge of autophaseTree). Returns whether the
+  // passes reported a change (did not preserve every analysis), as CompilerGym's legacy pass manager reports it:
+  // no bitcode is written to find out.
+  bool apply(const std::string &pipeline, const Progress &progress);
+  AutophaseVector autophase() const;
+  std::vector<int64_t> instcount() const;
+  int64_t instructionCount() const;
+  // As runPipeline writes it; with `preserveUseListOrder`, parsing it continues exactly as this module would.
+  std::string bitcode(bool preserveUseListOrder = false) const;
+
+ private:
+  std::unique_ptr<llvm::LLVMContext> context_;
+  std::unique_ptr<llvm::Module> module_;  // destroyed before its context
+};
+
 // Timing floor for benchmarks: only the P pipeline runs of one module, in this thread, copies made outside
 // the timed region. Returns {seconds in passes, seconds parsing copies, seconds extracting features}.
 std::vector<double> timePipelines(const std::string &bitcode, const std::vector<std::string> &pipelines);

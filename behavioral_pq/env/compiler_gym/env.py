@@ -29,6 +29,7 @@ from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default
 from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
+from behavioral_pq.env.llvm import IN_PLACE
 from behavioral_pq.env.llvm import LlvmEnv as CoreEnv
 from behavioral_pq.errors import UnknownSpaceError
 
@@ -430,6 +431,10 @@ class LlvmEnv(CompilerEnv):
             reward_specs = [self._reward_spec(r) for r in reward_spaces]
         else:
             reward_specs = [self._reward_space_spec] if self._reward_space_spec else []
+        # what the step's worker call should bring back with the pass (Autophase*, InstCount* come from those)
+        wanted = [s.id if s.base_id is None else s.base_id for s in obs_specs] + \
+            [o for r in reward_specs for o in r.observation_spaces]
+        self._core.prefetch = tuple(base for base in IN_PLACE if any(str(w).startswith(base) for w in wanted))
         _, _, terminated, _, core_info = self._core.multistep(actions)
         self._actions.extend(int(a) for a in self._core.actions[len(self._actions):])
         if terminated:
@@ -632,10 +637,7 @@ class LlvmEnv(CompilerEnv):
         return COMPUTE[spec.id](self, self._core._module, self._core._initial)
 
     def _cached(self, name: str, module: Module, compute):
-        key = (name, module.sha256)
-        if key not in self._cache:
-            self._cache[key] = compute()
-        return self._cache[key]
+        return self._core._cached(name, module, compute)
 
 
 def compute_observation(observation_space: ObservationSpaceSpec, bitcode: Union[str, Path],
