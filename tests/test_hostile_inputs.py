@@ -317,11 +317,11 @@ def test_a_missing_directory_is_reported_as_such(tmp_path):
 def test_a_database_nested_200000_deep_is_a_typed_error(tmp_path):
     db = tmp_path / "compile_commands.json"
     db.write_text("[" * 200_000 + "]" * 200_000)
-    with pytest.raises(ValueError, match="nested too deep") as refused:
+    with pytest.raises(ValueError, match="nested deeper than 100 levels") as refused:
         list(from_compile_commands(db))
     assert isinstance(refused.value, BPQError)
     cli = bpq_cli("features", "--compile-commands", db)
-    assert cli.returncode == 2 and "nested too deep" in cli.stderr and "Traceback" not in cli.stderr
+    assert cli.returncode == 2 and "nested deeper than 100" in cli.stderr and "Traceback" not in cli.stderr
 
 
 def test_a_database_that_is_not_a_regular_file_is_refused_unread(tmp_path):

@@ -10,16 +10,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import logging
 import os
 import re
 import shlex
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from behavioral_pq.artifacts import read_json_bounded
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, link_bitcode
 from behavioral_pq.corpus.buckets import project_origin
@@ -382,24 +381,13 @@ MAX_COMPILE_COMMANDS_BYTES = 1 << 30
 
 
 def _read_database(path: Path) -> list:
-    """The entries of a compile_commands.json: a regular file of at most MAX_COMPILE_COMMANDS_BYTES, valid JSON
-    (nested no deeper than Python's parser goes), a list. Raises FileNotFoundError or CompileCommandsError."""
-    try:
-        info = path.stat()
-    except OSError:
-        raise FileNotFoundError(f"no such file: {path}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise CompileCommandsError(f"{path}: not a regular file")
-    with open(path, "rb") as f:
-        data = f.read(MAX_COMPILE_COMMANDS_BYTES + 1)
-    if len(data) > MAX_COMPILE_COMMANDS_BYTES:
-        raise CompileCommandsError(f"{path}: larger than {MAX_COMPILE_COMMANDS_BYTES >> 20} MiB; refused")
-    try:
-        entries = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CompileCommandsError(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise CompileCommandsError(f"{path}: JSON nested too deep to be a compile database") from None
+    """The entries of a compile_commands.json: a regular file of at most MAX_COMPILE_COMMANDS_BYTES, JSON nested
+    no deeper than :data:`~behavioral_pq.artifacts.JSON_DEPTH_LIMIT` (read as every artifact is:
+    :func:`~behavioral_pq.artifacts.read_json_bounded`), a list. Raises FileNotFoundError or CompileCommandsError."""
+    if not os.path.lexists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    entries = read_json_bounded(path, limit=MAX_COMPILE_COMMANDS_BYTES, what="compile database",
+                                error=CompileCommandsError)
     if not isinstance(entries, list):
         raise CompileCommandsError(f"{path}: expected a JSON list of compile commands")
     if len(entries) > MAX_COMPILE_COMMANDS:
