@@ -50,11 +50,13 @@ examples:
   bpq compile prog.c --auto-passes --budget 10 -o prog      # embed, recommend, optimize, lower, verify, link
 
 Objectives. size (default): -Oz passes (or --passes / --auto-passes) in target mode for the CPU the module was
-compiled for (--cpu to choose one), llc -O2; it minimizes code size (IR instructions, then .text bytes). speed: target-mode -O3 for the host CPU and for
-the CPU the module was compiled for, with and without FMA contraction, llc -O3; each build that passes the
-check is run (a program: with --run-args, median of --runs runs) and the fastest is kept. --auto-passes searches
-for the pass list that minimizes the .text bytes of the compiled object (each candidate is compiled for the target
-and measured; with --target measure, IR instructions: the ir-count objective of the program library). --target measure compiles with no target machine (as labels and spectra are measured).
+compiled for (--cpu to choose one), llc -O2; it minimizes code size (IR instructions, then .text bytes).
+speed: target-mode -O3 for the host CPU and for the CPU the module was compiled for, with and without FMA
+contraction, llc -O3; each build that passes the check is run (a program: with --run-args, median of --runs
+runs) and the fastest is kept. --auto-passes searches for the pass list that minimizes the .text bytes of the
+compiled object (each candidate is compiled for the target and measured; with --target measure, IR
+instructions: the ir-count objective of the program library). --target measure compiles with no target machine
+(as labels and spectra are measured).
 
 A module with main becomes an executable whose output is checked against the unoptimized module's; any other
 module becomes an object file (-o prog.o).
