@@ -102,6 +102,9 @@ def test_validate_catches_a_tampered_state():
     assert env.validate(state)
     restored = EnvState.from_json(json.loads(json.dumps(state.to_json())))
     assert restored.actions == state.actions and env.validate(restored)
+    for bad in (1.7, "5", True, 124):          # a saved state's actions are read as env.step reads them
+        with pytest.raises((TypeError, ValueError), match="an action is an integer|not in 0..123"):
+            EnvState.from_json(dict(state.to_json(), actions=[111, bad]))
     with pytest.raises(ValueError, match="another module"):
         env.validate(EnvState(state.benchmark, state.actions[:-1], state.reward, state.walltime))
     with pytest.raises(ValueError, match="reward"):

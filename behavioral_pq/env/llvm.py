@@ -97,7 +97,7 @@ class EnvState:
 
     @classmethod
     def from_json(cls, data: dict) -> "EnvState":
-        return cls(str(data["benchmark"]), tuple(int(a) for a in data["actions"]), data.get("reward"),
+        return cls(str(data["benchmark"]), tuple(_action(a) for a in data["actions"]), data.get("reward"),
                    float(data.get("walltime", 0.0)))
 
 
