@@ -41,6 +41,20 @@ class CompilerEnv(gymnasium.Env):
     """What every environment and wrapper of this module is: CompilerGym's ``CompilerEnv`` API on a gymnasium
     ``Env`` (so gymnasium's wrappers accept it)."""
 
+    def step(self, action, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
+             timeout: float = 300):
+        """One action; ``(observation, reward, done, info)``. A list of actions is taken as ``multistep`` (with
+        CompilerGym's DeprecationWarning). The environment's ``multistep`` does the work (an environment starts an
+        episode there before any ``reset()``; a wrapper changes what it does there)."""
+        if isinstance(action, IterableType) and not isinstance(action, (str, bytes)) \
+                and np.ndim(action) > 0:
+            warnings.warn("Argument `action` of CompilerEnv.step no longer accepts a list of actions. "
+                          "Please use CompilerEnv.multistep instead", category=DeprecationWarning, stacklevel=2)
+            return self.multistep(action, observation_spaces=observation_spaces, reward_spaces=reward_spaces,
+                                  observations=observations, rewards=rewards)
+        return self.multistep([action], observation_spaces=observation_spaces, reward_spaces=reward_spaces,
+                              observations=observations, rewards=rewards)
+
 
 @dataclasses.dataclass(eq=False)
 class CompilerEnvState:
@@ -393,19 +407,6 @@ class LlvmEnv(CompilerEnv):
         if self._observation_space_spec is not None:
             return self.observation[self._observation_space_spec.id]
         return None
-
-    def step(self, action, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
-             timeout: float = 300):
-        """One action; ``(observation, reward, done, info)``. A list of actions is taken as ``multistep`` (with
-        CompilerGym's DeprecationWarning). Before any ``reset()``, starts an episode."""
-        if isinstance(action, IterableType) and not isinstance(action, (str, bytes)) \
-                and np.ndim(action) > 0:
-            warnings.warn("Argument `action` of CompilerEnv.step no longer accepts a list of actions. "
-                          "Please use CompilerEnv.multistep instead", category=DeprecationWarning, stacklevel=2)
-            return self.multistep(action, observation_spaces=observation_spaces, reward_spaces=reward_spaces,
-                                  observations=observations, rewards=rewards)
-        return self.multistep([action], observation_spaces=observation_spaces, reward_spaces=reward_spaces,
-                              observations=observations, rewards=rewards)
 
     def multistep(self, actions: Iterable, observation_spaces=None, reward_spaces=None, observations=None,
                   rewards=None, timeout: float = 300):

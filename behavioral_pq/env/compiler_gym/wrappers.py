@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import warnings
 from abc import abstractmethod
 from collections.abc import Iterable as IterableType
 from typing import Callable, Dict, Iterable, List, Optional, Union
@@ -23,14 +22,14 @@ from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag
 BenchmarkLike = Union[str, Benchmark]
 
 
-def _forward(name: str, doc: str = "") -> property:
+def _forward(name: str, doc: str = "", settable: bool = True) -> property:
     def get(self):
         return getattr(self.env, name)
 
     def set(self, value):
         setattr(self.env, name, value)
 
-    return property(get, set, doc=doc or f"The wrapped environment's ``{name}``.")
+    return property(get, set if settable else None, doc=doc or f"The wrapped environment's ``{name}``.")
 
 
 class CompilerEnvWrapper(CompilerEnv, gymnasium.Wrapper):
@@ -47,16 +46,6 @@ class CompilerEnvWrapper(CompilerEnv, gymnasium.Wrapper):
 
     def reset(self, *args, **kwargs):
         return self.env.reset(*args, **kwargs)
-
-    def step(self, action, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
-             timeout: Optional[float] = 300):
-        if isinstance(action, IterableType) and not isinstance(action, (str, bytes)) and np.ndim(action) > 0:
-            warnings.warn("Argument `action` of CompilerEnv.step no longer accepts a list of actions. "
-                          "Please use CompilerEnv.multistep instead", category=DeprecationWarning, stacklevel=2)
-            return self.multistep(action, observation_spaces=observation_spaces, reward_spaces=reward_spaces,
-                                  observations=observations, rewards=rewards)
-        return self.multistep([action], observation_spaces=observation_spaces, reward_spaces=reward_spaces,
-                              observations=observations, rewards=rewards)
 
     def multistep(self, actions, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
                   timeout: Optional[float] = 300):
@@ -103,33 +92,13 @@ class CompilerEnvWrapper(CompilerEnv, gymnasium.Wrapper):
     episode_reward = _forward("episode_reward")
     spec = _forward("spec")
 
-    @property
-    def action_spaces(self):
-        return self.env.action_spaces
-
-    @property
-    def in_episode(self) -> bool:
-        return self.env.in_episode
-
-    @property
-    def episode_walltime(self) -> float:
-        return self.env.episode_walltime
-
-    @property
-    def actions(self) -> List[int]:
-        return self.env.actions
-
-    @property
-    def state(self):
-        return self.env.state
-
-    @property
-    def version(self) -> str:
-        return self.env.version
-
-    @property
-    def compiler_version(self) -> str:
-        return self.env.compiler_version
+    action_spaces = _forward("action_spaces", settable=False)
+    in_episode = _forward("in_episode", settable=False)
+    episode_walltime = _forward("episode_walltime", settable=False)
+    actions = _forward("actions", settable=False)
+    state = _forward("state", settable=False)
+    version = _forward("version", settable=False)
+    compiler_version = _forward("compiler_version", settable=False)
 
 
 class ActionWrapper(CompilerEnvWrapper):
