@@ -16,14 +16,13 @@ The deny-list is a copy of ``corpus/inputs.py`` before the allow-list (commit dc
 
 import argparse
 import json
-import os
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-# -- the deny-list of commit dcb744c, verbatim but for the names ---------------------------------------------------
+# -- the deny-list of commit dcb744c, verbatim but for the names (the source matcher is the package's) --------
 _DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ", "-Xclang-dep", "--serialize-diagnostics", "-Xlinker", "-L", "-l"}
 _DROP_EXACT = {"-c", "-S", "-E", "-M", "-MM", "-MD", "-MMD", "-MP", "-emit-llvm", "-pipe", "-g", "-flto", "-Werror"}
 _DROP_PREFIX = ("-O", "-g", "-flto=", "-Werror=", "-fprofile", "-fsanitize", "-fcoverage", "-Wl,", "-save-temps")
@@ -46,16 +45,9 @@ def old_code_loading_flags(arguments: Sequence[str]) -> List[str]:
 
 
 def old_clean_arguments(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> Tuple[str, ...]:
-    source = (directory / file if directory is not None and not Path(file).is_absolute() else Path(file))
-    source = os.path.normpath(str(source))
+    from behavioral_pq.corpus.inputs import source_matcher
 
-    def is_source(arg: str) -> bool:
-        if arg == file:
-            return True
-        if arg.startswith("-") or directory is None:
-            return False
-        return os.path.normpath(str(directory / arg) if not Path(arg).is_absolute() else arg) == source
-
+    is_source = source_matcher(file, directory)
     kept: List[str] = []
     skip = False
     for arg in arguments[1:]:

@@ -321,14 +321,11 @@ def _without_precompiled_header(arguments: Sequence[str]) -> List[str]:
     return out
 
 
-def recorded_flags(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> RecordedFlags:
-    """The flags of a recorded command (``arguments[0]`` is the compiler) for clang, screened against the
-    allow-list: without the compiler, the source file (however it is spelled: ``a.c``, ``./src/a.c`` or
-    absolute), the flags that ours replace and, for a command that also links, the link's inputs and linker-only
-    flags, and a precompiled header (the header it was made from is included instead). Nothing is read or run: a
-    response file (``@FILE``) is refused by its name."""
-    source = (directory / file if directory is not None and not Path(file).is_absolute() else Path(file))
-    source = os.path.normpath(str(source))
+def source_matcher(file: str, directory: Optional[Path] = None):
+    """Whether an argument of a recorded command names its source ``file``, however it is spelled (``a.c``,
+    ``./src/a.c`` or absolute, relative to the entry's ``directory``)."""
+    source = os.path.normpath(str(directory / file if directory is not None and not Path(file).is_absolute()
+                                  else Path(file)))
 
     def is_source(arg: str) -> bool:
         if arg == file:
@@ -337,6 +334,16 @@ def recorded_flags(arguments: Sequence[str], file: str, directory: Optional[Path
             return False
         return os.path.normpath(str(directory / arg) if not Path(arg).is_absolute() else arg) == source
 
+    return is_source
+
+
+def recorded_flags(arguments: Sequence[str], file: str, directory: Optional[Path] = None) -> RecordedFlags:
+    """The flags of a recorded command (``arguments[0]`` is the compiler) for clang, screened against the
+    allow-list: without the compiler, the source file (however it is spelled: ``a.c``, ``./src/a.c`` or
+    absolute), the flags that ours replace and, for a command that also links, the link's inputs and linker-only
+    flags, and a precompiled header (the header it was made from is included instead). Nothing is read or run: a
+    response file (``@FILE``) is refused by its name."""
+    is_source = source_matcher(file, directory)
     kept: List[str] = []
     refused: List[Tuple[str, str]] = []
     rest = iter(_without_precompiled_header(arguments[1:]))
