@@ -138,6 +138,19 @@ def _standardize_pair(train: np.ndarray, test: np.ndarray):
     return (train - mean) / scale, (test - mean) / scale
 
 
+def checked_features(X, dtype, mean: Optional[np.ndarray], what: str) -> np.ndarray:
+    """``X`` as a 2-D (N, D) array of ``dtype``, refused (ValueError) when it is not 2-D, has another D than the
+    ``mean`` of the data ``what`` was fitted on, or holds NaN or infinite values."""
+    X = np.asarray(X, dtype=dtype)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (N, D), got shape {X.shape}")
+    if mean is not None and X.shape[1] != len(mean):
+        raise ValueError(f"X has {X.shape[1]} features; this {what} was fitted on {len(mean)}")
+    if not np.isfinite(X).all():
+        raise ValueError("X holds NaN or infinite values (a module that failed to embed?)")
+    return X
+
+
 @dataclass
 class TrainSettings:
     """Optimization settings shared by the MLP estimators."""
@@ -207,14 +220,7 @@ class _MLPEstimator:
         return torch.nn.Sequential(*layers)
 
     def _check_x(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float32)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (N, D), got shape {X.shape}")
-        if self.mean_ is not None and X.shape[1] != len(self.mean_):
-            raise ValueError(f"X has {X.shape[1]} features; this estimator was fitted on {len(self.mean_)}")
-        if not np.isfinite(X).all():
-            raise ValueError("X holds NaN or infinite values (a module that failed to embed?)")
-        return X
+        return checked_features(X, np.float32, self.mean_, "estimator")
 
     def _forward(self, X: np.ndarray) -> np.ndarray:
         import torch
@@ -453,14 +459,7 @@ class _LinearProbe:
         raise NotImplementedError
 
     def _check_x(self, X) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (N, D), got shape {X.shape}")
-        if self.mean_ is not None and X.shape[1] != len(self.mean_):
-            raise ValueError(f"X has {X.shape[1]} features; this probe was fitted on {len(self.mean_)}")
-        if not np.isfinite(X).all():
-            raise ValueError("X holds NaN or infinite values (a module that failed to embed?)")
-        return X
+        return checked_features(X, np.float64, self.mean_, "probe")
 
     def _standardized(self, X) -> np.ndarray:
         if self.model_ is None:
