@@ -14,13 +14,16 @@ import numpy as np
 
 from behavioral_pq.core.catalog import BASELINES, PASSES
 from behavioral_pq.core.engine import default_engine
+from behavioral_pq.core.features import autophase
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.target import Target
 from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
 from behavioral_pq.embedding.sampling import SAMPLE_BUDGET
+from behavioral_pq.embedding.spectrum import spectra
 from behavioral_pq.errors import DeadlineError
 from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library
+from behavioral_pq.tasks.guidance.ranker import load_ranker, representation_rows
 from behavioral_pq.tasks.guidance.trials import (
     ProgressCallback,
     Recommendation,
@@ -43,6 +46,8 @@ PROBES_PER_OZ = 30
 #: (on 400 real valid units the coreset alone scored 1.0127 at budget 50, the default mix 1.0114).
 EMBEDDING_SHARE = 0.5
 EMBEDDING_CUT = 0.7
+#: With a ranker, the share of the budget spent on its picks (the rest: local search around the best found).
+RANKED_SHARE = 0.6
 
 def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Steps:
     """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time, else any), or delete one.
@@ -115,7 +120,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
                        neighbor_indices: Optional[Sequence[int]] = None,
                        progress: Union[bool, ProgressCallback] = False,
                        objective: str = "ir-count", target: Optional[Target] = None,
-                       seconds: Optional[float] = None, reserve_builds: int = 0) -> Recommendation:
+                       seconds: Optional[float] = None, reserve_builds: int = 0,
+                       ranker=None, ranked_share: float = RANKED_SHARE) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
     Measures -Oz first (the reference, not counted: the result is never worse than -Oz), embeds the module, takes
@@ -154,6 +160,11 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             counted. ``notes`` says what was skipped or cut.
         reserve_builds: with ``seconds``: end the search early enough for this many more builds of the module
             by the caller (each reserved as long as -Oz took), so that they too end within ``seconds``.
+        ranker: a :class:`~behavioral_pq.tasks.guidance.ranker.PipelineRanker` (or its folder): its choice from
+            its pool replaces the library's retrieval; the first ``max(1, round(budget * ranked_share))``
+            candidates are its picks (all of the budget when it is 1 or 2), the rest a local search around the
+            best found. A ranker that reads the embedding or the spectrum runs the probes (skipped or cut under
+            ``seconds`` as above, its no-module ranking then standing in).
 
     Returns:
         a :class:`Recommendation`; ``recommendation.pipeline`` can be given to :func:`optimize`.
@@ -161,7 +172,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
     return _search(module, budget, library=library, encoder=encoder, engine=engine, embedding=embedding,
                    neighbors=neighbors, retrieval_share=retrieval_share, coreset_share=coreset_share, seed=seed,
                    learn=learn, neighbor_indices=neighbor_indices, progress=progress, objective=objective,
-                   target=target, seconds=seconds, reserve_builds=reserve_builds)[0]
+                   target=target, seconds=seconds, reserve_builds=reserve_builds, ranker=ranker,
+                   ranked_share=ranked_share)[0]
 
 
 def _check_library(library: ProgramLibrary, objective: str, learn: bool) -> None:
@@ -178,7 +190,8 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
             coreset_share: float = CORESET_SHARE, seed: int = 0, learn: bool = False,
             neighbor_indices: Optional[Sequence[int]] = None, progress: Union[bool, ProgressCallback] = False,
             objective: str = "ir-count", target: Optional[Target] = None, seconds: Optional[float] = None,
-            reserve_builds: int = 0, start: Optional[float] = None) -> Tuple[Recommendation, Trials]:
+            reserve_builds: int = 0, start: Optional[float] = None, ranker=None,
+            ranked_share: float = RANKED_SHARE) -> Tuple[Recommendation, Trials]:
     """:func:`recommend_pipeline` and its :class:`Trials` (whose kept results spare the caller a second run);
     ``start``: the ``time.monotonic()`` that ``seconds`` counts from (default: now)."""
     if budget < 0:
@@ -192,6 +205,10 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
     deadline = None if seconds is None else start + seconds
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
+    if ranker is not None:
+        return _ranked_search(module, budget, ranker, engine=engine, encoder=encoder, seed=seed, progress=progress,
+                              objective=objective, target=target, deadline=deadline,
+                              reserve_builds=reserve_builds, start=start, ranked_share=ranked_share)
     if library is not None:
         _check_library(library, objective, learn)
     report = progress if callable(progress) else None
@@ -249,6 +266,60 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
     names = tuple(library.programs[int(j)].name for j in neighbor_indices) if library is not None else ()
     found = recommendation_from(trials, start, neighbors=names, probe_compilations=probe_compilations,
                                 notes=tuple(notes))
+    return found, trials
+
+
+def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: int = 0,
+                   progress: Union[bool, ProgressCallback] = False, objective: str = "ir-count",
+                   target: Optional[Target] = None, deadline: Optional[float] = None, reserve_builds: int = 0,
+                   start: float, ranked_share: float = RANKED_SHARE) -> Tuple[Recommendation, Trials]:
+    """:func:`_search` with a :class:`PipelineRanker` choosing the candidates instead of the library."""
+    if not 0.0 < ranked_share <= 1.0:
+        raise ValueError(f"ranked_share must be in (0, 1], got {ranked_share}")
+    if not hasattr(ranker, "choose"):
+        ranker = load_ranker(ranker)
+    if objective != "ir-count":
+        raise ValueError("the pipeline ranker is trained for the ir-count objective; use the library for text size")
+    report = progress if callable(progress) else None
+    trials = Trials(module, engine, budget, objective=objective, target=target, progress=report, start=start)
+    end = None if deadline is None else deadline - reserve_builds * trials.oz_seconds
+    notes: List[str] = []
+    row = None
+    probe_compilations = 0
+    if ranker.representation == "autophase":
+        row = representation_rows("autophase", autophase=autophase(module)[None])[0]
+    elif ranker.representation in ("spectrum", "embedding"):
+        if end is not None and embedding_seconds(trials) > EMBEDDING_SHARE * (end - time.monotonic()):
+            notes.append(f"probes skipped: about {embedding_seconds(trials):.1f} s of probes, "
+                         f"{max(0.0, end - time.monotonic()):.1f} s left; the ranking without module input "
+                         "stood in")
+        else:
+            encoder = encoder or load_encoder()
+            trials.report("embedding")
+            watch = (lambda done, total: trials.report("embedding", done, total)) if report else bool(progress)
+            cut = None if end is None else time.monotonic() + EMBEDDING_CUT * (end - time.monotonic())
+            try:
+                batch = spectra([module], encoder.probe_set, progress=watch, sample_above=SAMPLE_ABOVE,
+                                engine=engine, deadline=cut)
+                batch.raise_first()
+                probe_compilations = encoder.probe_set.num_probes
+                if ranker.representation == "spectrum":
+                    row = representation_rows("spectrum", spectra=batch.spectra,
+                                              autophase=batch.autophase[:, 0])[0]
+                else:
+                    row = encoder.embed_spectra(batch.spectra, batch.autophase[:, 0])[0]
+            except DeadlineError:
+                notes.append(f"probes stopped after {EMBEDDING_CUT:.0%} of the time left; the ranking without "
+                             "module input stood in")
+    picks = budget if budget <= 2 else max(1, int(round(budget * ranked_share)))
+    chosen = ranker.choose(row, picks)
+    trials.run(chosen, "ranker", deadline=end)
+    vocabulary = sorted({x for s in chosen for x in s if x != OZ})
+    rng = random.Random(f"{seed}:{module.sha256}")
+    _local_search(trials, chosen[0] if chosen else (OZ,), rng, vocabulary, deadline=end)
+    if end is not None and trials.left > 0 and time.monotonic() >= end and not notes:
+        notes.append(f"the time bound ended the search after {trials.compilations} of {budget} compilations")
+    found = recommendation_from(trials, start, probe_compilations=probe_compilations, notes=tuple(notes))
     return found, trials
 
 

@@ -1,0 +1,500 @@
+"""A learned ranker over pipelines: which of a large pool of pass pipelines to try first on a module.
+
+The pool (:func:`ranker_pool`) is the generic pipelines, the library's coreset, -Oz followed by each catalog pass
+(with and without a second -Oz), every library program's best pipeline, and random edits of the coreset. Training
+data (:func:`measure_pool_rows`) are the objective's value after every pool pipeline on many train modules: a
+matrix of gains ``log(value_Oz / value)``, one row per module, one column per pipeline.
+
+:class:`PipelineRanker` predicts a module's row from a representation of the module (the encoder's embedding, the
+raw spectrum, Autophase, or nothing: a global ranking) with one ridge regression per column (the penalty chosen by
+grouped cross-validation, groups being the programs' projects), so its last layer is a learned embedding of each
+pipeline. To spend a budget it does not take the top-k predictions (near-copies of one another would fill it): it
+draws scenarios of the module's gains as the prediction plus the out-of-fold errors of the train modules, and
+greedily picks the pipeline that most raises the expected best gain over the scenarios (a coverage function, so
+the choice is diverse by construction). With no module input the prediction is the column means and this is the
+coreset of the train modules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from behavioral_pq.artifacts import (
+    WEIGHTS_LIMIT,
+    atomic_path,
+    check_files,
+    check_replaceable,
+    confined,
+    file_checksums,
+    read_bounded,
+    read_sealed_config,
+    safetensors_header,
+    seal,
+    versions,
+)
+from behavioral_pq.core.catalog import BASELINES, PASSES, steps_pipeline
+from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.errors import BPQError
+from behavioral_pq.tasks.guidance.coreset import oz_suffixes
+from behavioral_pq.tasks.guidance.library import GENERIC, OZ, ProgramLibrary, Steps, decode_steps, encode_steps
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "behavioral_pq.ranker"
+FORMAT_VERSION = 1
+DATA_FORMAT = "behavioral_pq.ranker-data"
+#: Module representations a ranker reads: the encoder's embedding (D,), the raw spectrum of the encoder's probe set
+#: with the module's own log1p Autophase row, flattened ((P + 1) * 56,), log1p Autophase (56,), or none (a global
+#: ranking of the pool).
+REPRESENTATIONS = ("embedding", "spectrum", "autophase", "none")
+#: Gains below this (a pipeline worse than -Oz, or one that failed) count as this: -Oz is always measured, so how
+#: much worse a candidate is does not matter, only that it is not chosen.
+GAIN_FLOOR = -0.05
+RIDGE_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+#: Scenarios drawn for the greedy choice (out-of-fold error rows of the train modules).
+SCENARIOS = 512
+#: Every library program's best pipeline kept in the pool, at most.
+LIBRARY_BEST = 200
+#: Random edits of each coreset pipeline added to the pool.
+MUTATIONS_PER_CORESET = 2
+
+
+class RankerError(BPQError, ValueError):
+    """A ranker or its training data that cannot be used: missing, corrupt, another format, or unfit."""
+
+
+def mutate(steps: Steps, rng: random.Random) -> Steps:
+    """One random edit of a pipeline: append, insert or replace a catalog pass, or delete one (whole-pipeline
+    steps such as -Oz are kept)."""
+    flag = rng.choice(PASSES).flag
+    op = rng.choice(("append", "insert", "replace", "delete"))
+    s = list(steps)
+    movable = [i for i, x in enumerate(s) if x.lstrip("-") not in BASELINES]
+    if op == "append" or not movable:
+        s.append(flag)
+    elif op == "insert":
+        s.insert(rng.randrange(len(s) + 1), flag)
+    elif op == "replace":
+        s[rng.choice(movable)] = flag
+    elif len(s) > 1:
+        del s[rng.choice(movable)]
+    return tuple(s)
+
+
+def ranker_pool(library: Optional[ProgramLibrary] = None, *, library_best: int = LIBRARY_BEST,
+                mutations: int = MUTATIONS_PER_CORESET, seed: int = 0) -> List[Steps]:
+    """The candidate pipelines a ranker scores, first seen first: the generic pipelines, ``library``'s coreset,
+    -Oz followed by each catalog pass (and by it and -Oz again), up to ``library_best`` of the library programs'
+    best pipelines that beat -Oz (largest gain first), and ``mutations`` random edits of each coreset pipeline."""
+    pool: Dict[Steps, None] = dict.fromkeys(GENERIC)
+    coreset = list(library.coreset) if library is not None else []
+    pool.update(dict.fromkeys(coreset))
+    pool.update(dict.fromkeys(oz_suffixes()))
+    if library is not None:
+        best = []
+        for program in library.programs:
+            steps, count = program.best()
+            if steps != (OZ,) and count < program.oz_count:
+                best.append((math.log(max(program.oz_count, 1) / max(count, 1)), steps))
+        best.sort(key=lambda gs: -gs[0])
+        added = 0
+        for _, steps in best:
+            if added >= library_best:
+                break
+            if steps not in pool:
+                pool[steps] = None
+                added += 1
+    rng = random.Random(seed)
+    for steps in coreset:
+        for _ in range(mutations):
+            pool.setdefault(mutate(steps, rng))
+    pool.pop((OZ,), None)
+    return list(pool)
+
+
+def gains_matrix(oz: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """float32 (N, K) gains ``log(oz / value)`` from -Oz's values int (N,) and the pool's float (N, K) (NaN where
+    a pipeline failed), floored at :data:`GAIN_FLOOR` (failures too)."""
+    oz = np.maximum(np.asarray(oz, np.float64), 1.0)[:, None]
+    values = np.asarray(values, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gains = np.log(oz / np.maximum(values, 1.0))
+    gains[~np.isfinite(gains)] = GAIN_FLOOR
+    return np.maximum(gains, GAIN_FLOOR).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------- data
+
+@dataclass
+class RankerData:
+    """Pool pipelines measured on modules: ``values`` float64 (N, K) of the objective after each of ``pool``'s K
+    pipelines (NaN where one failed), ``oz`` int64 (N,) after -Oz, for the modules ``shas`` (N,)."""
+
+    pool: List[Steps]
+    objective: str
+    shas: List[str]
+    oz: np.ndarray
+    values: np.ndarray
+    seconds: np.ndarray
+
+    @property
+    def gains(self) -> np.ndarray:
+        return gains_matrix(self.oz, self.values)
+
+    def subset(self, keep: Sequence[str]) -> "RankerData":
+        index = {s: i for i, s in enumerate(self.shas)}
+        rows = [index[s] for s in keep if s in index]
+        return RankerData(self.pool, self.objective, [self.shas[i] for i in rows], self.oz[rows],
+                          self.values[rows], self.seconds[rows])
+
+
+def _data_config(folder: Path) -> Path:
+    return folder / "pool.json"
+
+
+def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[Steps]] = None,
+                     objective: str = "ir-count") -> List[Steps]:
+    """Create ``folder`` for the rows of ``pool`` (or check that it holds rows of that pool) and return the pool
+    it holds. With ``pool=None`` the folder must exist."""
+    folder = Path(folder)
+    config = _data_config(folder)
+    if config.exists():
+        data = read_sealed_config(config, format=DATA_FORMAT, version=FORMAT_VERSION, error=RankerError,
+                                  what="ranker training data")
+        held = [decode_steps(s) for s in data["pool"]]
+        if pool is not None and [tuple(s) for s in pool] != held:
+            raise RankerError(f"{folder}: holds rows of another pool ({len(held)} pipelines); use a new folder")
+        if data.get("objective") != objective:
+            raise RankerError(f"{folder}: holds {data.get('objective')} rows, not {objective}")
+        return held
+    if pool is None:
+        raise RankerError(f"{folder}: no ranker training data (pool.json missing)")
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"format": DATA_FORMAT, "format_version": FORMAT_VERSION, "objective": objective,
+            "pool": [encode_steps(s) for s in pool], "versions": versions()}
+    with atomic_path(config) as tmp:
+        tmp.write_text(json.dumps(seal(body), separators=(",", ":")) + "\n")
+    return list(pool)
+
+
+def load_ranker_data(folder: Union[str, os.PathLike], objective: str = "ir-count") -> RankerData:
+    """Every row written to ``folder`` by :func:`measure_pool_rows` (chunks ``rows-*.npz``)."""
+    folder = Path(folder)
+    pool = open_ranker_data(folder, None, objective)
+    shas: List[str] = []
+    oz, values, seconds = [], [], []
+    for chunk in sorted(folder.glob("rows-*.npz")):
+        if not chunk.is_file() or chunk.is_symlink():
+            raise RankerError(f"{chunk}: not a regular file")
+        with np.load(chunk, allow_pickle=False) as data:
+            v = np.asarray(data["values"], np.float64)
+            if v.ndim != 2 or v.shape[1] != len(pool):
+                raise RankerError(f"{chunk}: rows of {v.shape[-1]} pipelines, the pool has {len(pool)}")
+            shas += [str(s) for s in data["shas"]]
+            oz.append(np.asarray(data["oz"], np.int64))
+            values.append(v)
+            seconds.append(np.asarray(data["seconds"], np.float64))
+    if not shas:
+        return RankerData(pool, objective, [], np.zeros(0, np.int64), np.zeros((0, len(pool))), np.zeros(0))
+    return RankerData(pool, objective, shas, np.concatenate(oz), np.concatenate(values), np.concatenate(seconds))
+
+
+def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: Sequence[Steps], *, engine=None,
+                      objective: str = "ir-count", chunk: int = 16, progress: bool = False,
+                      total: Optional[int] = None) -> Tuple[int, List[dict]]:
+    """Measure every pipeline of ``pool`` on each module (IR instructions in measure mode) and append the rows to
+    ``folder`` in chunks of ``chunk`` modules; modules already there are skipped, so a killed run resumes.
+
+    Returns (rows written, failures): a module whose -Oz fails is a failure (``{"program", "error"}``), a pipeline
+    that fails is NaN in its row.
+    """
+    from tqdm import tqdm
+
+    from behavioral_pq.core.engine import default_engine
+    from behavioral_pq.tasks.guidance.coreset import measure_pool
+
+    if objective != "ir-count":
+        raise RankerError("ranker data are measured for the ir-count objective only (text-size: not built yet)")
+    engine = engine or default_engine()
+    folder = Path(folder)
+    pool = open_ranker_data(folder, pool, objective)
+    done = set(load_ranker_data(folder, objective).shas)
+    written, failures = 0, []
+    rows: Dict[str, list] = {"shas": [], "oz": [], "values": [], "seconds": []}
+
+    def flush():
+        nonlocal written
+        if not rows["shas"]:
+            return
+        name = folder / f"rows-{time.time_ns():x}-{os.getpid()}.npz"
+        with atomic_path(name) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, shas=np.array(rows["shas"]), oz=np.array(rows["oz"], np.int64),
+                         values=np.array(rows["values"], np.float64), seconds=np.array(rows["seconds"]))
+        written += len(rows["shas"])
+        for v in rows.values():
+            v.clear()
+
+    for module in tqdm(modules, disable=not progress, total=total, desc="pool", unit="module"):
+        if module.sha256 in done:
+            continue
+        started = time.perf_counter()
+        try:
+            oz, counts = measure_pool(module, pool, engine)
+        except BPQError as exc:
+            failures.append({"program": module.sha256, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        rows["shas"].append(module.sha256)
+        rows["oz"].append(int(oz))
+        rows["values"].append([np.nan if c is None else float(c) for c in counts])
+        rows["seconds"].append(time.perf_counter() - started)
+        done.add(module.sha256)
+        if len(rows["shas"]) >= chunk:
+            flush()
+    flush()
+    return written, failures
+
+
+# ------------------------------------------------------------------------------------------------ representation
+
+def representation_rows(representation: str, *, spectra: Optional[np.ndarray] = None,
+                        autophase: Optional[np.ndarray] = None, embeddings: Optional[np.ndarray] = None
+                        ) -> np.ndarray:
+    """The ranker's input rows float32 (N, D) for ``representation``: ``embeddings`` (N, D); ``spectra``
+    log-relative (N, P, 56) with the modules' own ``autophase`` (N, 56) as one more row, flattened; log1p
+    ``autophase``; or (N, 0) for ``none`` (N from whichever array is given)."""
+    if representation not in REPRESENTATIONS:
+        raise ValueError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {representation!r}")
+    if representation == "embedding":
+        if embeddings is None:
+            raise ValueError("the embedding representation needs embeddings")
+        return np.asarray(embeddings, np.float32)
+    if representation in ("spectrum", "autophase") and autophase is None:
+        raise ValueError(f"the {representation} representation needs the modules' Autophase rows")
+    if autophase is not None:
+        base = np.log1p(np.maximum(np.asarray(autophase, np.float64), 0.0)).astype(np.float32)
+        if base.ndim != 2 or base.shape[1] != len(AUTOPHASE_FEATURES):
+            raise ValueError(f"Autophase rows must be (N, {len(AUTOPHASE_FEATURES)}), got {base.shape}")
+    if representation == "autophase":
+        return base
+    if representation == "spectrum":
+        if spectra is None:
+            raise ValueError("the spectrum representation needs spectra")
+        spectra = np.asarray(spectra, np.float32)
+        if spectra.ndim != 3 or spectra.shape[0] != len(base) or spectra.shape[2] != len(AUTOPHASE_FEATURES):
+            raise ValueError(f"spectra must be (N, P, 56) for N = {len(base)}, got {spectra.shape}")
+        return np.concatenate([spectra.reshape(len(spectra), -1), base], axis=1)
+    n = next(len(a) for a in (spectra, autophase, embeddings) if a is not None) if any(
+        a is not None for a in (spectra, autophase, embeddings)) else 0
+    return np.zeros((n, 0), np.float32)
+
+
+# --------------------------------------------------------------------------------------------------------- model
+
+class PipelineRanker:
+    """Predicted gains of a pool of pipelines on a module, and a diverse choice of the ones to try.
+
+    Attributes:
+        pool: the K pipelines scored.
+        representation: what it reads of a module (:data:`REPRESENTATIONS`).
+        mean, scale: float32 (D,) standardization of the input rows.
+        weights: float32 (D, K); bias float32 (K,): predicted gains = standardized row @ weights + bias.
+        residuals: float32 (S, K): out-of-fold errors of train modules (the scenarios of :meth:`choose`).
+        alpha: the ridge penalty chosen.
+        identity: what the input rows depend on (the encoder's identity for embeddings, the probe-set hash for
+            spectra), checked by the caller.
+    """
+
+    def __init__(self, pool: Sequence[Steps], representation: str, mean: np.ndarray, scale: np.ndarray,
+                 weights: np.ndarray, bias: np.ndarray, residuals: np.ndarray, *, alpha: float = 0.0,
+                 identity: Optional[dict] = None, training: Optional[dict] = None):
+        if representation not in REPRESENTATIONS:
+            raise RankerError(f"unknown representation {representation!r}")
+        k = len(pool)
+        d = len(mean)
+        if weights.shape != (d, k) or bias.shape != (k,) or scale.shape != (d,) or residuals.ndim != 2 \
+                or residuals.shape[1] != k:
+            raise RankerError(f"ranker arrays do not fit a pool of {k} and inputs of {d}: weights {weights.shape}, "
+                              f"bias {bias.shape}, residuals {residuals.shape}")
+        self.pool = [tuple(s) for s in pool]
+        self.representation = representation
+        self.mean, self.scale = mean.astype(np.float32), scale.astype(np.float32)
+        self.weights, self.bias = weights.astype(np.float32), bias.astype(np.float32)
+        self.residuals = residuals.astype(np.float32)
+        self.alpha = float(alpha)
+        self.identity = identity or {}
+        self.training = training or {}
+        self.path: Optional[Path] = None
+
+    @property
+    def dim(self) -> int:
+        return len(self.mean)
+
+    @classmethod
+    def fit(cls, rows: np.ndarray, gains: np.ndarray, pool: Sequence[Steps], representation: str, *,
+            groups: Optional[Sequence] = None, folds: int = 3, grid: Sequence[float] = RIDGE_GRID,
+            identity: Optional[dict] = None, seed: int = 0) -> "PipelineRanker":
+        """Fit on input rows float (N, D) and gains float (N, K) (:func:`gains_matrix`), choosing the ridge
+        penalty by ``folds``-fold cross-validation over ``groups`` (default: one group per row), the score being
+        the mean over held-out rows of the gain of the pipeline ranked first (what budget 1 would get)."""
+        from sklearn.linear_model import Ridge
+        from sklearn.model_selection import GroupKFold
+
+        x = np.asarray(rows, np.float64)
+        y = np.asarray(gains, np.float64)
+        if x.ndim != 2 or y.ndim != 2 or len(x) != len(y) or y.shape[1] != len(pool):
+            raise RankerError(f"need rows (N, D) and gains (N, {len(pool)}), got {x.shape} and {y.shape}")
+        if len(x) < 2:
+            raise RankerError(f"need at least 2 measured modules to fit a ranker, got {len(x)}")
+        groups = np.arange(len(x)) if groups is None else np.asarray(groups)
+        folds = max(2, min(folds, len(set(groups.tolist()))))
+        mean = x.mean(axis=0) if x.shape[1] else np.zeros(0)
+        scale = x.std(axis=0) if x.shape[1] else np.zeros(0)
+        scale = np.where(scale > 1e-8, scale, 1.0)
+        z = (x - mean) / scale
+        splits = list(GroupKFold(n_splits=folds).split(z, groups=groups))
+
+        def predict_oof(alpha: float) -> np.ndarray:
+            out = np.zeros_like(y)
+            for train, held in splits:
+                if z.shape[1]:
+                    model = Ridge(alpha=alpha).fit(z[train], y[train])
+                    out[held] = model.predict(z[held])
+                else:
+                    out[held] = y[train].mean(axis=0)
+            return out
+
+        best_alpha, best_score, best_oof = 0.0, -np.inf, None
+        for alpha in (grid if z.shape[1] else (0.0,)):
+            oof = predict_oof(alpha)
+            score = float(np.mean(y[np.arange(len(y)), oof.argmax(axis=1)]))
+            if score > best_score + 1e-12:
+                best_alpha, best_score, best_oof = alpha, score, oof
+        if z.shape[1]:
+            model = Ridge(alpha=best_alpha).fit(z, y)
+            weights, bias = model.coef_.T, model.intercept_
+        else:
+            weights, bias = np.zeros((0, y.shape[1])), y.mean(axis=0)
+        residuals = y - best_oof
+        rng = np.random.default_rng(seed)
+        if len(residuals) > SCENARIOS:
+            residuals = residuals[np.sort(rng.choice(len(residuals), SCENARIOS, replace=False))]
+        training = {"modules": int(len(x)), "folds": folds, "alpha": best_alpha,
+                    "cv_top1_gain": best_score, "seed": seed}
+        return cls(pool, representation, mean.astype(np.float32), scale.astype(np.float32),
+                   np.asarray(weights, np.float32), np.asarray(bias, np.float32), residuals.astype(np.float32),
+                   alpha=best_alpha, identity=identity, training=training)
+
+    def scores(self, row: Optional[np.ndarray]) -> np.ndarray:
+        """Predicted gains float32 (K,) for one input row float (D,) (None: the column means, as with no module
+        input)."""
+        if row is None or self.dim == 0:
+            return self.bias.copy()
+        row = np.asarray(row, np.float32).reshape(-1)
+        if row.shape != (self.dim,):
+            raise ValueError(f"this ranker reads rows of {self.dim} values ({self.representation}), got {row.shape}")
+        if not np.isfinite(row).all():
+            raise ValueError("the module's row holds non-finite values")
+        return ((row - self.mean) / self.scale) @ self.weights + self.bias
+
+    def choose(self, row: Optional[np.ndarray], count: int, *, exclude: Iterable[Steps] = ()) -> List[Steps]:
+        """``count`` pool pipelines to try on the module of ``row``, in order: each the one that most raises the
+        expected best gain (floored at 0, -Oz being always measured) over scenarios ``scores + residuals``.
+        Pipelines in ``exclude`` are not chosen. Once no pipeline raises the expectation, the rest follow by
+        predicted gain."""
+        predicted = self.scores(row)
+        scenarios = predicted[None, :] + self.residuals                                 # (S, K)
+        best = np.zeros(len(scenarios), np.float32)
+        taken = np.zeros(len(self.pool), bool)
+        excluded = {tuple(s) for s in exclude}
+        for i, s in enumerate(self.pool):
+            taken[i] = s in excluded
+        chosen: List[int] = []
+        while len(chosen) < count and not taken.all():
+            raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)
+            raise_by[taken] = -1.0
+            i = int(raise_by.argmax())
+            if raise_by[i] <= 0.0:
+                break
+            chosen.append(i)
+            taken[i] = True
+            best = np.maximum(best, scenarios[:, i])
+        if len(chosen) < count:
+            rest = [i for i in np.argsort(-predicted, kind="stable") if not taken[i]]
+            chosen += rest[:count - len(chosen)]
+        return [self.pool[i] for i in chosen]
+
+    # ------------------------------------------------------------------------------------------------- storage
+
+    def save(self, path: Union[str, os.PathLike], *, overwrite: bool = False) -> Path:
+        """Write ``ranker.json`` and ``ranker.safetensors`` into the folder ``path``, replacing it once complete."""
+        from safetensors.numpy import save_file
+
+        check_replaceable(path, config="ranker.json", format=FORMAT, overwrite=overwrite, error=RankerError,
+                          what="a pipeline ranker")
+        path = Path(path)
+        config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(),
+                  "representation": self.representation, "alpha": self.alpha, "identity": self.identity,
+                  "training": self.training, "pool": [encode_steps(s) for s in self.pool],
+                  "dim": self.dim, "scenarios": int(len(self.residuals))}
+        with atomic_path(path) as tmp:
+            tmp.mkdir()
+            save_file({"mean": self.mean, "scale": self.scale, "weights": self.weights, "bias": self.bias,
+                       "residuals": self.residuals}, str(tmp / "ranker.safetensors"))
+            config["files"] = file_checksums(tmp, ["ranker.safetensors"])
+            (tmp / "ranker.json").write_text(json.dumps(seal(config), separators=(",", ":")) + "\n")
+        self.path = path
+        return path
+
+
+def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
+    """Read a ranker folder written by :meth:`PipelineRanker.save`, checking its seal, checksums and shapes."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load as load_tensors
+
+    from behavioral_pq.artifacts import check_shapes
+
+    path = Path(path)
+    if not path.is_dir():
+        raise RankerError(f"{path}: no such ranker folder")
+    config = read_sealed_config(path / "ranker.json", format=FORMAT, version=FORMAT_VERSION, error=RankerError,
+                                what="a pipeline ranker")
+    check_files(path, config, RankerError)
+    try:
+        pool = [decode_steps(s) for s in config["pool"]]
+        dim, scenarios = int(config["dim"]), int(config["scenarios"])
+        representation = str(config["representation"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RankerError(f"{path}: ranker.json lacks or mangles a field ({exc})") from None
+    weights = confined(path, "ranker.safetensors", RankerError)
+    data = read_bounded(weights, limit=WEIGHTS_LIMIT, what="ranker weights", error=RankerError)
+    header = safetensors_header(data, origin=weights, error=RankerError)
+    k = len(pool)
+    check_shapes({"mean": (dim,), "scale": (dim,), "weights": (dim, k), "bias": (k,), "residuals": (scenarios, k)},
+                 header, origin=weights, error=RankerError)
+    try:
+        tensors = load_tensors(data)
+    except SafetensorError as exc:
+        raise RankerError(f"{weights}: not readable ({exc})") from None
+    if not all(np.isfinite(v).all() for v in tensors.values()):
+        raise RankerError(f"{weights}: non-finite values")
+    ranker = PipelineRanker(pool, representation, tensors["mean"], tensors["scale"], tensors["weights"],
+                            tensors["bias"], tensors["residuals"], alpha=float(config.get("alpha", 0.0)),
+                            identity=config.get("identity"), training=config.get("training"))
+    ranker.path = path
+    return ranker
+
+
+def pipelines_text(pool: Sequence[Steps]) -> str:
+    """The pool as new-PM pipeline strings, one per line (for people)."""
+    return "".join(steps_pipeline(s) + "\n" for s in pool)
