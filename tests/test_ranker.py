@@ -293,6 +293,10 @@ def test_cli_measures_fits_shows_and_optimizes_with_a_ranker(cli_store, capsys):
     assert record["neighbors"] == []                                 # the ranker chose, not the library
     assert record["instructions_after"] == record["instruction_count"] <= record["oz_count"]
 
+    code, stdout, _ = bpq_main(capsys, "compile", EXAMPLES / "matmul.c", "--auto-passes", "--budget", 3, "--ranker",
+                               out, "--target", "measure", "-o", cli_store / "matmul")
+    assert code == 0 and "in 3/3 compilations" in stdout and (cli_store / "matmul").is_file()
+
     code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
                                "--out", cli_store / "global", "--json")
     assert code == 0 and json.loads(stdout)["dim"] == 0 and load_ranker(cli_store / "global").dim == 0
@@ -322,6 +326,9 @@ def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_stor
              (("optimize", matmul, "--passes", "Oz", "--ranker", tmp_path / "probes"), "give --auto"),
              (("optimize", matmul, "--auto", "--ranker", tmp_path / "probes", "--library", tmp_path, "--learn"),
               "drop --library"),
+             (("compile", matmul, "--auto-passes", "--ranker", tmp_path / "probes", "-o", tmp_path / "bin"),
+              "give --target measure"),
+             (("compile", matmul, "--ranker", tmp_path / "probes", "-o", tmp_path / "bin"), "give --auto-passes"),
              (("ranker", "show", corrupt), "digest mismatch"),
              (("ranker", "show", tmp_path / "full"), "not a pipeline ranker"),
              (("ranker", "fit", tmp_path / "missing", "--corpus", store, "--representation", "none", "--out",

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from behavioral_pq.cli.common import check_output_folder
+from behavioral_pq.cli.ranker import load_checked_ranker
 
 LIBRARY_EPILOG = """\
 example (the shipped library, checkpoints/pqbert-small-m14-s0-library):
@@ -98,8 +99,6 @@ def run_auto(args, module, target=None, started=None) -> dict:
     encoder = _encoder(args)
     ranker = None
     if getattr(args, "ranker", None):
-        from behavioral_pq.cli.ranker import load_checked_ranker
-
         if args.library or args.learn:
             raise ValueError("--ranker chooses the candidates instead of a library: drop --library and --learn")
         if objective != "ir-count":
