@@ -236,7 +236,8 @@ def test_recommend_spends_the_budget_on_the_rankers_picks_first(tiny_ranker, eng
 @pytest.fixture(scope="module")
 def cli_store(tmp_path_factory):
     """A split store of 16 generated programs in 4 projects (p0/ to p3/, a split group each) with spectra for the
-    shipped encoder's probe set, and rows of TINY_POOL for 2 of its modules (tiny-data)."""
+    shipped encoder's probe set, and rows of TINY_POOL (tiny-data) for the modules of p0/ and an example that is
+    not in the store."""
     root = tmp_path_factory.mktemp("ranker-cli")
     store = root / "store"
     sources = varied_programs(root / "src", 16)
@@ -246,8 +247,9 @@ def cli_store(tmp_path_factory):
     build_corpus(discover([sources], origin="t", group_regex=r"^(p\d)/"), store, workers=2, labels=False)
     split_corpus(store, fractions=[0.7, 0.3], names=["train", "test"], seed=0)
     compute_spectra(store, workers=2)
-    modules = list(Corpus(store).iter_modules())[:2]
-    measure_pool_rows(modules, root / "tiny-data", TINY_POOL)
+    groups = Corpus(store).split_groups()
+    modules = [m for m in Corpus(store).iter_modules() if groups[m.sha256].endswith(":p0")]
+    measure_pool_rows(modules + [bpq.load_module(EXAMPLES / "matmul.c")], root / "tiny-data", TINY_POOL)
     return root
 
 
@@ -300,6 +302,12 @@ def test_cli_measures_fits_shows_and_optimizes_with_a_ranker(cli_store, capsys):
     code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
                                "--out", cli_store / "global", "--json")
     assert code == 0 and json.loads(stdout)["dim"] == 0 and load_ranker(cli_store / "global").dim == 0
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", cli_store / "tiny-data", "--corpus", store,
+                               "--representation", "autophase", "--out", cli_store / "one-project")
+    assert code == 0 and "note: 1 of the 5 measured modules left out: not in this store" in stdout
+    assert "are all in split group 't:p0': cross-validation holds out modules instead" in stdout
+    assert load_ranker(cli_store / "one-project").training["groups"] == 4
+
     code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "spectrum",
                                "--out", cli_store / "spectrum")
     assert code == 0 and load_ranker(cli_store / "spectrum").dim == (load_encoder().probe_set.num_probes + 1) * 56

@@ -147,19 +147,25 @@ def cmd_fit(args) -> int:
     data = data.subset(kept)
     split_groups = corpus.split_groups()
     groups = [split_groups.get(s, s) for s in kept]      # a module outside the split: a group of its own
+    notes = [f"{left_out} of the {len(kept) + left_out} measured modules left out: "
+             + ("no spectra for the encoder's probe set" if encoder is not None else "not in this store")] \
+        if left_out else []
+    if len(set(groups)) < 2:                              # one project: nothing to hold out whole
+        notes.append(f"the {len(kept)} modules are all in split group {groups[0]!r}: cross-validation holds out "
+                     "modules instead")
+        groups = list(kept)
     ranker = PipelineRanker.fit(rows, data.gains, data.pool, args.representation, groups=groups,
                                 identity=ranker_identity(args.representation, encoder), seed=args.seed)
     ranker.training.update(data=str(args.data), store=str(args.corpus), groups=len(set(groups)),
-                           left_out=left_out)
+                           left_out=left_out, notes=notes)
     ranker.save(args.out, overwrite=args.overwrite)
     training = ranker.training
     if args.json:
         print_json({"ranker": str(args.out), "representation": ranker.representation, "dim": ranker.dim,
                     "pool": len(ranker.pool), **training})
         return 0
-    if left_out:
-        print(f"note: {left_out} of the {left_out + len(kept)} measured modules left out: "
-              + ("no spectra for the encoder's probe set" if encoder is not None else "not in this store"))
+    for note in notes:
+        print(f"note: {note}")
     print(f"wrote {args.out}: a ranker over {len(ranker.pool)} pipelines reading {READS[ranker.representation]} "
           f"({ranker.dim} inputs), fitted on {training['modules']} modules in {training['groups']} groups")
     print(f"  {training['folds']}-fold cross-validation over groups: ridge alpha {training['alpha']:g}; the top pick "
