@@ -137,6 +137,10 @@ class LibraryError(BPQError, ValueError):
     """A program library that cannot be used: missing, corrupt, another format, or tied to another encoder."""
 
 
+class RankerError(BPQError, ValueError):
+    """A pipeline ranker or its training data that cannot be used: missing, corrupt, another format, or unfit."""
+
+
 class PredictorError(BPQError, ValueError):
     """A predictor folder that cannot be used: missing, corrupt, another format, or tied to another encoder."""
 

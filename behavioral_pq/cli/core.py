@@ -122,6 +122,8 @@ def cmd_optimize(args) -> int:
         raise ValueError("--objective chooses what --auto minimizes: give --auto")
     if args.seconds is not None and not args.auto:
         raise ValueError("--seconds limits the --auto search: give --auto")
+    if args.ranker and not args.auto:
+        raise ValueError("--ranker chooses the --auto search's candidates: give --auto")
     if args.auto:
         if args.objective == "text-size":
             target = size_target(args, target)
@@ -280,6 +282,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--library", metavar="DIR", help="with --auto: program library (default: the shipped one)")
     p.add_argument("--learn", action="store_true",
                    help="with --auto: keep what the search found in the library (saved back to --library)")
+    p.add_argument("--ranker", metavar="DIR",
+                   help="with --auto: a pipeline ranker (bpq ranker fit) chooses the candidates instead of the "
+                        "library: its picks first, then a local search around the best (ir-count only)")
     p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
     add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")

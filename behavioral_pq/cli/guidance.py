@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from behavioral_pq.cli.common import check_output_folder
+from behavioral_pq.cli.ranker import load_checked_ranker
 
 LIBRARY_EPILOG = """\
 example (the shipped library, checkpoints/pqbert-small-m14-s0-library):
@@ -96,6 +97,13 @@ def run_auto(args, module, target=None, started=None) -> dict:
     if objective == "text-size" and target is None:
         raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
     encoder = _encoder(args)
+    ranker = None
+    if getattr(args, "ranker", None):
+        if args.library or args.learn:
+            raise ValueError("--ranker chooses the candidates instead of a library: drop --library and --learn")
+        if objective != "ir-count":
+            raise ValueError("--ranker is trained for the ir-count objective: drop it for --objective text-size")
+        ranker, encoder = load_checked_ranker(args.ranker, encoder)
     library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
     rebuild = target is not None and objective == "ir-count"   # searched in measure mode, built for the target
     with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar, ThreadPoolExecutor(1) as pool:
@@ -106,7 +114,7 @@ def run_auto(args, module, target=None, started=None) -> dict:
                                                learn=args.learn, progress=bar, objective=objective,
                                                target=target if objective == "text-size" else None,
                                                seconds=None if left is None else max(1e-3, left),
-                                               reserve_builds=int(rebuild))
+                                               reserve_builds=int(rebuild), ranker=ranker)
         auto = {"recommendation": found, "result": result, "oz": None, "note": None}
         if rebuild:
             bar.step("build for the target")

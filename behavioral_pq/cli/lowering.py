@@ -23,6 +23,7 @@ from behavioral_pq.cli.common import (
     size_target,
 )
 from behavioral_pq.cli.guidance import SearchBar
+from behavioral_pq.cli.ranker import load_checked_ranker
 
 LLM_HELP = """\
 LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
@@ -207,6 +208,8 @@ def cmd_compile(args) -> int:
 
     if args.auto_passes and args.passes:
         raise ValueError("give --auto-passes or --passes, not both")
+    if args.ranker and not args.auto_passes:
+        raise ValueError("--ranker chooses the --auto-passes search's candidates: give --auto-passes")
     if args.objective == "speed" and (args.auto_passes or args.passes or args.backend != "llc"):
         raise ValueError("--objective speed chooses its own passes and llc builds: drop --passes, --auto-passes "
                          "and --backend")
@@ -222,6 +225,12 @@ def cmd_compile(args) -> int:
     target = cli_target(args)
     if args.objective == "size":
         target = size_target(args, target)
+    ranker = encoder = None
+    if args.ranker:
+        if target is not None:
+            raise ValueError("--ranker is trained for IR instruction counts, not .text bytes: give --target measure, "
+                             "or drop --ranker")
+        ranker, encoder = load_checked_ranker(args.ranker)
     start = time.monotonic()
     module = original = load_program(args)
     where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"
@@ -248,7 +257,8 @@ def cmd_compile(args) -> int:
             # library's own objective (IR instructions) is all there is
             objective = "text-size" if target is not None else "ir-count"
             with SearchBar(args.budget, sys.stderr.isatty()) as bar:
-                found = recommend_pipeline(module, args.budget, objective=objective, target=target, progress=bar)
+                found = recommend_pipeline(module, args.budget, objective=objective, target=target, progress=bar,
+                                           ranker=ranker, encoder=encoder)
             pipeline = found.pipeline
             result = (f".text: -Oz gives {found.oz_text_size} bytes, this {found.text_size}" if target is not None
                       else f"-Oz gives {found.oz_count} instructions, this {found.instruction_count}")
@@ -412,6 +422,8 @@ def add_parsers(sub) -> None:
                         "measure), starting from the embedding's nearest library programs (the search's progress "
                         "on stderr when it is a terminal)")
     p.add_argument("--budget", type=int, default=10, help="with --auto-passes: compilations to try (default 10)")
+    p.add_argument("--ranker", metavar="DIR", help="with --auto-passes and --target measure: a pipeline ranker (bpq "
+                                                   "ranker fit) chooses the candidates instead of the library")
     p.add_argument("--passes", help="passes to run instead (default Oz)")
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")

@@ -14,14 +14,14 @@ import sys
 from typing import List, Optional
 
 from behavioral_pq._version import __version__
-from behavioral_pq.cli import core, corpus, downstream, encoder, env, guidance, lowering, probes
+from behavioral_pq.cli import core, corpus, downstream, encoder, env, guidance, lowering, probes, ranker
 from behavioral_pq.cli.common import PASSES_EPILOG, error_line, is_bad_input
 
 EXIT_ERROR = 2     # bad input
 EXIT_FAILURE = 1   # a failure during the work
 
 #: Command groups in the order ``bpq --help`` lists them.
-GROUPS = (core, corpus, probes, encoder, downstream, guidance, lowering, env)
+GROUPS = (core, corpus, probes, encoder, downstream, guidance, ranker, lowering, env)
 
 
 def build_parser() -> argparse.ArgumentParser:

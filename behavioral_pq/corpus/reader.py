@@ -217,6 +217,11 @@ class Corpus:
             raise CorpusError(f"{self.path}: no split named {name!r} (have {sorted(set(splits.values()))})")
         return chosen
 
+    def split_groups(self) -> Dict[str, str]:
+        """Module hash -> its split group (``origin:group`` of its program, groups that share a module merged):
+        what ``bpq corpus split`` assigns as one, so the unit of grouped cross-validation; empty if never split."""
+        return self.store.splits("group")
+
     def pretraining(self) -> List[str]:
         """Hashes of the pretraining corpus: every module except the labelled (downstream) modules of the valid
         and test splits, so that nothing evaluated downstream is seen in pretraining or probe search.

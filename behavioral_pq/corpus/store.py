@@ -344,16 +344,19 @@ class CorpusStore:
                 problems.append(str(exc))
         return problems
 
-    def splits(self) -> Dict[str, str]:
-        """sha256 -> split name from the last ``bpq corpus split`` (empty if never split)."""
+    def splits(self, column: str = "split") -> Dict[str, str]:
+        """sha256 -> split name from the last ``bpq corpus split`` (empty if never split); ``column="group"``:
+        sha256 -> the merged source group the split assigned as one (see :mod:`behavioral_pq.corpus.split`)."""
+        if column not in ("split", "group"):
+            raise ValueError(f"the split table has the columns split and group, not {column!r}")
         info = self.manifest.get("splits")
         if not info:
             return {}
         path = confined(self.path, info["path"], CorpusError)
         if not path.exists() or sha256_file(path) != info["sha256"]:
             raise CorpusError(f"{path}: splits file is missing or does not match the manifest")
-        table = pq.read_table(path, columns=["sha256", "split"])
-        return dict(zip(table.column("sha256").to_pylist(), table.column("split").to_pylist()))
+        table = pq.read_table(path, columns=["sha256", column])
+        return dict(zip(table.column("sha256").to_pylist(), table.column(column).to_pylist()))
 
     def write_splits(self, rows: pa.Table, info: dict) -> None:
         """Replace the store's split assignment (rows: sha256, group, split) and record ``info``."""

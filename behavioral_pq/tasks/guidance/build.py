@@ -9,13 +9,14 @@ import logging
 import os
 import random
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from behavioral_pq.artifacts import check_replaceable, encoder_identity
 from behavioral_pq.core.catalog import PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
+from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.target import Target
 from behavioral_pq.corpus.reader import Corpus
@@ -32,6 +33,7 @@ from behavioral_pq.tasks.guidance.library import (
     encode_steps,
     merge_results,
 )
+from behavioral_pq.tasks.guidance.ranker import REPRESENTATIONS, representation_rows
 from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS, _local_search
 from behavioral_pq.tasks.guidance.trials import Trials, check_objective
 from behavioral_pq.training.genetic import FitnessCache, GAConfig, genetic_search
@@ -195,3 +197,35 @@ def stored_embeddings(corpus, encoder, shas) -> dict:
         by_sha = dict(zip(table["sha256"], table["autophase"]))
         original = np.array([by_sha[s] for s in found], np.int64)
     return dict(zip(found, encoder.embed_spectra(values, original, batch_size=128)))
+
+
+def stored_representation(corpus, representation: str, shas: Sequence[str], encoder=None
+                          ) -> Tuple[List[str], np.ndarray]:
+    """A pipeline ranker's input rows for the modules among ``shas`` that the store can give them for: (their
+    hashes, in the order of ``shas``; float32 (N, D), see
+    :func:`~behavioral_pq.tasks.guidance.ranker.representation_rows`). ``embedding`` and ``spectrum`` read the
+    stored spectra for ``encoder``'s probe set (default: the shipped encoder's) and leave out the modules without
+    them; ``autophase`` reads the modules' own Autophase rows; ``none`` gives (N, 0) for every module."""
+    if representation not in REPRESENTATIONS:
+        raise ValueError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {representation!r}")
+    shas = list(shas)
+    if representation == "none":
+        return shas, np.zeros((len(shas), 0), np.float32)
+    encoder = encoder or (load_encoder() if representation in ("embedding", "spectrum") else None)
+    if representation == "embedding":
+        stored = stored_embeddings(corpus, encoder, shas)
+        kept = [s for s in shas if s in stored]
+        return kept, (np.stack([stored[s] for s in kept]).astype(np.float32) if kept
+                      else np.zeros((0, encoder.dim), np.float32))
+    table = corpus.modules(["sha256", "autophase"]).to_pydict()
+    by_sha = dict(zip(table["sha256"], table["autophase"]))
+    if representation == "autophase":
+        kept = [s for s in shas if s in by_sha]
+        rows = np.array([by_sha[s] for s in kept], np.int64).reshape(-1, len(AUTOPHASE_FEATURES))
+        return kept, representation_rows("autophase", autophase=rows)
+    try:
+        kept, values = corpus.spectra(encoder.probe_set, shas=[s for s in shas if s in by_sha])
+    except CorpusError:
+        kept, values = [], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32)
+    rows = np.array([by_sha[s] for s in kept], np.int64).reshape(-1, len(AUTOPHASE_FEATURES))
+    return kept, representation_rows("spectrum", spectra=values, autophase=rows)

@@ -34,6 +34,7 @@ from behavioral_pq.artifacts import (
     atomic_path,
     check_files,
     check_replaceable,
+    check_shapes,
     confined,
     file_checksums,
     read_bounded,
@@ -43,9 +44,10 @@ from behavioral_pq.artifacts import (
     versions,
 )
 from behavioral_pq.core.catalog import BASELINES, PASSES, steps_pipeline
+from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
-from behavioral_pq.errors import BPQError
-from behavioral_pq.tasks.guidance.coreset import oz_suffixes
+from behavioral_pq.errors import BPQError, RankerError
+from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
 from behavioral_pq.tasks.guidance.library import GENERIC, OZ, ProgramLibrary, Steps, decode_steps, encode_steps
 
 logger = logging.getLogger(__name__)
@@ -70,10 +72,6 @@ SCENARIOS = 512
 LIBRARY_BEST = 200
 #: Random edits of each coreset pipeline added to the pool.
 MUTATIONS_PER_CORESET = 2
-
-
-class RankerError(BPQError, ValueError):
-    """A ranker or its training data that cannot be used: missing, corrupt, another format, or unfit."""
 
 
 def mutate(steps: Steps, rng: random.Random) -> Steps:
@@ -222,9 +220,6 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
     that fails is NaN in its row.
     """
     from tqdm import tqdm
-
-    from behavioral_pq.core.engine import default_engine
-    from behavioral_pq.tasks.guidance.coreset import measure_pool
 
     if objective != "ir-count":
         raise RankerError("ranker data are measured for the ir-count objective only (text-size: not built yet)")
@@ -466,8 +461,6 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
     """Read a ranker folder written by :meth:`PipelineRanker.save`, checking its seal, checksums and shapes."""
     from safetensors import SafetensorError
     from safetensors.numpy import load as load_tensors
-
-    from behavioral_pq.artifacts import check_shapes
 
     path = Path(path)
     if not path.is_dir():

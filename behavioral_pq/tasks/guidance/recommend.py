@@ -326,9 +326,10 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
 def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
                            engine=None, learn: bool = False, progress: Union[bool, ProgressCallback] = False,
                            objective: str = "ir-count", target: Optional[Target] = None,
-                           seconds: Optional[float] = None, reserve_builds: int = 0,
+                           seconds: Optional[float] = None, reserve_builds: int = 0, ranker=None,
                            ) -> Tuple[Recommendation, Module]:
-    """:func:`recommend_pipeline`, then the module optimized with the recommendation (``bpq optimize --auto``).
+    """:func:`recommend_pipeline` (with ``ranker``, its ranked search), then the module optimized with the
+    recommendation (``bpq optimize --auto``).
     With ``objective="text-size"`` the module is optimized in target mode (``target``, default as in
     :func:`recommend_pipeline`).
 
@@ -344,7 +345,7 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
     module = load_module(module, engine=engine)
     found, trials = _search(module, budget, library=library, encoder=encoder, engine=engine, learn=learn,
                             progress=progress, objective=objective, target=target, seconds=seconds,
-                            reserve_builds=reserve_builds, start=start)
+                            reserve_builds=reserve_builds, start=start, ranker=ranker)
     kept = trials.result(found.steps) if seconds is not None else None
     if kept is not None:
         return found, Module(kept, name=module.name, source=module.source)

@@ -1,0 +1,253 @@
+"""``bpq ranker measure|fit|show``: a learned ranker over pass pipelines (issue 43), its training data, and what it
+would try first; ``bpq optimize --auto --ranker DIR`` spends the budget on its picks."""
+
+from __future__ import annotations
+
+import argparse
+
+from behavioral_pq.cli.common import check_output_folder, print_json
+
+RANKER_EPILOG = """\
+example (training data from the train split's real programs, a ranker on the embedding, then its use):
+  bpq corpus spectra store/ --split train --kind real        # embedding and spectrum rankers read them
+  bpq ranker measure store/ --out ranker-data --kind real --max-instructions 50000
+  bpq ranker fit ranker-data --corpus store/ --representation embedding --out my-ranker
+  bpq ranker show my-ranker --top 10
+  bpq optimize prog.c --auto --budget 50 --ranker my-ranker
+
+measure runs every pipeline of the pool (the generic pipelines, the library's coreset and programs' best
+pipelines, -Oz followed by each catalog pass, random edits of the coreset: about 470) on each module of the split
+and appends the rows to DATA as it goes: a killed run resumes, and another --seed or --programs adds modules to
+the same rows. fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
+the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
+"""
+
+
+def _library(args):
+    from behavioral_pq.tasks.guidance import default_library, load_library
+
+    return default_library() if args.library == "shipped" else load_library(args.library)
+
+
+def _encoder(args):
+    from behavioral_pq.embedding.encoder import load_encoder
+
+    return load_encoder(args.checkpoint) if getattr(args, "checkpoint", None) else load_encoder()
+
+
+#: What each representation reads of a module, for people.
+READS = {"embedding": "the embedding", "spectrum": "the spectrum and Autophase", "autophase": "Autophase",
+         "none": "no module input (one ranking for every module)"}
+
+
+def ranker_identity(representation: str, encoder) -> dict:
+    """What a ranker's input rows depend on: the encoder (embedding), its probe set (spectrum), or nothing."""
+    from behavioral_pq.artifacts import encoder_identity
+
+    if representation == "embedding":
+        return encoder_identity(encoder)
+    if representation == "spectrum":
+        return {"probe_set_hash": encoder.probe_set.hash}
+    return {}
+
+
+def check_ranker(ranker, encoder) -> None:
+    """Refuse a ranker whose inputs ``encoder`` does not make: fitted on another encoder's embeddings, or on the
+    spectra of another probe set.
+
+    Raises:
+        RankerError: the mismatch, naming what the ranker was fitted on.
+    """
+    from behavioral_pq.artifacts import check_encoder
+    from behavioral_pq.tasks.guidance.ranker import RankerError
+
+    where = ranker.path or "the ranker"
+    if ranker.representation == "embedding":
+        check_encoder(where, ranker.identity, encoder, RankerError, "give --checkpoint of the encoder it was fitted "
+                      "on, or fit it again", verb="fitted")
+    elif ranker.representation == "spectrum":
+        wanted = ranker.identity.get("probe_set_hash")
+        if wanted != encoder.probe_set.hash:
+            raise RankerError(f"{where}: fitted on the spectra of probe set {str(wanted)[:12]}, the encoder measures "
+                              f"probe set {encoder.probe_set.hash[:12]}; give --checkpoint of an encoder on that "
+                              "probe set, or fit it again")
+
+
+def load_checked_ranker(path, encoder=None):
+    """The ranker folder ``path`` (:func:`~behavioral_pq.tasks.guidance.ranker.load_ranker`) and the encoder its
+    search needs (``encoder``, or the shipped one for an embedding or spectrum ranker; None for the others),
+    checked to fit each other."""
+    from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.tasks.guidance.ranker import load_ranker
+
+    ranker = load_ranker(path)
+    if ranker.representation in ("embedding", "spectrum"):
+        encoder = encoder or load_encoder()
+        check_ranker(ranker, encoder)
+    return ranker, encoder
+
+
+def cmd_measure(args) -> int:
+    import numpy as np
+
+    from behavioral_pq.corpus.reader import Corpus
+    from behavioral_pq.tasks.guidance.ranker import load_ranker_data, measure_pool_rows, ranker_pool
+
+    if args.programs is not None and args.programs < 1:
+        raise ValueError(f"--programs must be >= 1, got {args.programs}")
+    if args.max_instructions is not None and args.max_instructions < 1:
+        raise ValueError(f"--max-instructions must be >= 1, got {args.max_instructions}")
+    out = check_output_folder(args.out)
+    if out.is_dir() and any(out.iterdir()) and not (out / "pool.json").exists():
+        raise ValueError(f"{out}: exists and holds no ranker training data (pool.json); choose another folder")
+    corpus = Corpus(args.store)
+    shas = corpus.narrow(corpus.split(args.split), kind=None if args.kind == "all" else args.kind,
+                         max_instructions=args.max_instructions)
+    if not shas:
+        raise ValueError(f"{args.store}: no {'' if args.kind == 'all' else args.kind + ' '}modules in split "
+                         f"{args.split!r}" + (f" of at most {args.max_instructions} instructions"
+                                              if args.max_instructions else ""))
+    if args.programs is not None and args.programs < len(shas):
+        shas = sorted(np.random.default_rng(args.seed).choice(shas, args.programs, replace=False).tolist())
+    pool = ranker_pool(_library(args))
+    written, failures = measure_pool_rows(corpus.iter_modules(only=set(shas)), out, pool,
+                                          progress=not args.json, total=len(shas))
+    rows = len(load_ranker_data(out).shas)
+    if args.json:
+        print_json({"data": str(out), "modules": len(shas), "written": written, "rows": rows, "pool": len(pool),
+                    "failures": failures})
+    else:
+        print(f"{out}: {written} rows written ({rows} in all; {len(shas)} modules asked for, a pool of {len(pool)} "
+              f"pipelines), {len(failures)} failed")
+        for failure in failures:
+            print(f"  failed {failure['program'][:12]}: {failure['error']}")
+    return 1 if failures and not written else 0
+
+
+def cmd_fit(args) -> int:
+    from behavioral_pq.artifacts import check_replaceable
+    from behavioral_pq.corpus.reader import Corpus
+    from behavioral_pq.tasks.guidance.build import stored_representation
+    from behavioral_pq.tasks.guidance.ranker import FORMAT, PipelineRanker, RankerError, load_ranker_data
+
+    data = load_ranker_data(args.data)
+    if not data.shas:
+        raise RankerError(f"{args.data}: no measured rows yet (run: bpq ranker measure STORE --out {args.data})")
+    check_replaceable(args.out, config="ranker.json", format=FORMAT, overwrite=args.overwrite, error=RankerError,
+                      what="a pipeline ranker")     # before the work; saving checks again
+    corpus = Corpus(args.corpus)
+    encoder = _encoder(args) if args.representation in ("embedding", "spectrum") else None
+    kept, rows = stored_representation(corpus, args.representation, data.shas, encoder)
+    left_out = len(data.shas) - len(kept)
+    if len(kept) < 2:
+        needs = (f"spectra for probe set {encoder.probe_set.hash[:12]} (run: bpq corpus spectra {args.corpus})"
+                 if encoder is not None else "modules in this store")
+        raise RankerError(f"{args.corpus}: {len(kept)} of the {len(data.shas)} measured modules have {needs}; "
+                          "a ranker needs at least 2")
+    data = data.subset(kept)
+    split_groups = corpus.split_groups()
+    groups = [split_groups.get(s, s) for s in kept]      # a module outside the split: a group of its own
+    notes = [f"{left_out} of the {len(kept) + left_out} measured modules left out: "
+             + ("no spectra for the encoder's probe set" if encoder is not None else "not in this store")] \
+        if left_out else []
+    if len(set(groups)) < 2:                              # one project: nothing to hold out whole
+        notes.append(f"the {len(kept)} modules are all in split group {groups[0]!r}: cross-validation holds out "
+                     "modules instead")
+        groups = list(kept)
+    ranker = PipelineRanker.fit(rows, data.gains, data.pool, args.representation, groups=groups,
+                                identity=ranker_identity(args.representation, encoder), seed=args.seed)
+    ranker.training.update(data=str(args.data), store=str(args.corpus), groups=len(set(groups)),
+                           left_out=left_out, notes=notes)
+    ranker.save(args.out, overwrite=args.overwrite)
+    training = ranker.training
+    if args.json:
+        print_json({"ranker": str(args.out), "representation": ranker.representation, "dim": ranker.dim,
+                    "pool": len(ranker.pool), **training})
+        return 0
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {args.out}: a ranker over {len(ranker.pool)} pipelines reading {READS[ranker.representation]} "
+          f"({ranker.dim} inputs), fitted on {training['modules']} modules in {training['groups']} groups")
+    print(f"  {training['folds']}-fold cross-validation over groups: ridge alpha {training['alpha']:g}; the top pick "
+          f"gains {training['cv_top1_gain']:+.4f} (log IC_Oz / IC) on held-out modules")
+    return 0
+
+
+def cmd_show(args) -> int:
+    import math
+
+    from behavioral_pq.tasks.guidance import describe_steps
+    from behavioral_pq.tasks.guidance.ranker import load_ranker
+
+    if args.top < 1:
+        raise ValueError(f"--top must be >= 1, got {args.top}")
+    ranker = load_ranker(args.ranker)
+    predicted = ranker.scores(None)
+    index = {steps: i for i, steps in enumerate(ranker.pool)}
+    top = [(steps, float(predicted[index[steps]])) for steps in ranker.choose(None, args.top)]
+    if args.json:
+        print_json({"ranker": str(args.ranker), "representation": ranker.representation, "dim": ranker.dim,
+                    "pool": len(ranker.pool), "alpha": ranker.alpha, "identity": ranker.identity,
+                    "training": ranker.training,
+                    "top": [{"steps": list(s), "predicted_gain": g} for s, g in top]})
+        return 0
+    training = ranker.training
+    print(f"{args.ranker}: a ranker over {len(ranker.pool)} pipelines reading {READS[ranker.representation]} "
+          f"({ranker.dim} inputs)")
+    if training:
+        print(f"  fitted on {training.get('modules')} modules ({training.get('folds')}-fold cross-validation over "
+              f"groups): ridge alpha {ranker.alpha:g}, held-out gain of the top pick "
+              f"{training.get('cv_top1_gain', float('nan')):+.4f}")
+    if ranker.identity:
+        print("  inputs from " + ", ".join(f"{k} {str(v)[:12]}" for k, v in ranker.identity.items()))
+    print(f"first {len(top)} without module input (a coverage choice; predicted IC_Oz / IC):")
+    for i, (steps, gain) in enumerate(top, 1):
+        print(f"  {i:>3}. {math.exp(gain):.4f}  {describe_steps(steps)}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("ranker", help="a learned ranker over pass pipelines: measure, fit, show",
+                       description="Train a ranker that predicts each pipeline's gain over -Oz from a module's "
+                                   "representation, and spends a search budget on its picks "
+                                   "(bpq optimize --auto --ranker DIR).",
+                       epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rsub = p.add_subparsers(dest="ranker_command", metavar="ACTION")
+    rsub.required = True
+
+    m = rsub.add_parser("measure", help="measure every pool pipeline on a split's modules (resumable)",
+                        epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("store", metavar="STORE", help="corpus store with a split (bpq corpus build, bpq corpus split)")
+    m.add_argument("--out", required=True, metavar="DATA", help="training-data folder (created or resumed)")
+    m.add_argument("--split", default="train", help="split to draw modules from (default train)")
+    m.add_argument("--kind", choices=("all", "small", "real"), default="all",
+                   help="only small programs or only real programs (default all)")
+    m.add_argument("--max-instructions", type=int, metavar="N", help="leave out modules larger than N")
+    m.add_argument("--programs", type=int, metavar="N", help="a random sample of N modules (default: all)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the --programs sample (the pool does not change)")
+    m.add_argument("--library", default="shipped", metavar="DIR",
+                   help="program library whose coreset and best pipelines join the pool (default: shipped)")
+    m.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
+    m.set_defaults(func=cmd_measure)
+
+    f = rsub.add_parser("fit", help="fit a ranker on measured rows and the store's module representations",
+                        epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("data", metavar="DATA", help="training-data folder (bpq ranker measure)")
+    f.add_argument("--corpus", required=True, metavar="STORE", help="the store the rows were measured on")
+    f.add_argument("--representation", required=True, choices=("embedding", "spectrum", "autophase", "none"),
+                   help="what the ranker reads of a module: the encoder's embedding, the raw spectrum of its probe "
+                        "set with the module's Autophase, Autophase, or none (one ranking for every module)")
+    f.add_argument("--out", required=True, metavar="RANKER", help="ranker folder to write")
+    f.add_argument("--checkpoint", metavar="DIR", help="encoder for embedding and spectrum (default: the shipped one)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the scenario sample (default 0)")
+    f.add_argument("--overwrite", action="store_true",
+                   help="replace --out even when it holds something else than a pipeline ranker")
+    f.add_argument("--json", action="store_true", help="machine-readable summary")
+    f.set_defaults(func=cmd_fit)
+
+    s = rsub.add_parser("show", help="what a ranker was fitted on and what it tries first without module input",
+                        epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("ranker", metavar="RANKER", help="ranker folder (bpq ranker fit)")
+    s.add_argument("--top", type=int, default=10, metavar="K", help="pipelines to list (default 10)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_show)

@@ -1,0 +1,355 @@
+"""The learned pipeline ranker (issue 43): its pool, gains, fit and diverse choice, storage, training rows,
+recommend_pipeline(ranker=) and the ``bpq ranker`` commands."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from conftest import EXAMPLES
+from test_downstream import varied_programs
+
+import behavioral_pq as bpq
+from behavioral_pq.artifacts import encoder_identity, seal
+from behavioral_pq.cli.main import main
+from behavioral_pq.core.features import autophase
+from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_corpus
+from behavioral_pq.corpus.reader import Corpus
+from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.errors import RankerError
+from behavioral_pq.tasks.guidance import GENERIC, OZ, default_library, describe_steps, recommend_pipeline
+from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
+from behavioral_pq.tasks.guidance.ranker import (
+    GAIN_FLOOR,
+    PipelineRanker,
+    gains_matrix,
+    load_ranker,
+    load_ranker_data,
+    measure_pool_rows,
+    ranker_pool,
+    representation_rows,
+)
+
+A, B, C = ("-gvn",), ("-sroa", "-instcombine"), ("-simplifycfg",)
+A_COPY = ("-gvn", "-gvn")        # measured as a copy of A: the same gain on every module
+#: A pool small enough to measure in a blink, with -Oz chains (a prefix tree) and plain passes.
+TINY_POOL = [A, B, C, (OZ, "-slp-vectorizer"), (OZ, "-slp-vectorizer", OZ), ("-mem2reg", "-gvn", "-dce"),
+             ("-inline", "-sroa", "-early-cse"), (OZ, OZ)]
+
+
+class CountingEngine:
+    """Wraps an engine and counts the pipelines it runs."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.pipelines = 0
+
+    def autophase_tree(self, roots, parents, edges, **kw):
+        self.pipelines += len(edges)
+        return self.engine.autophase_tree(roots, parents, edges, **kw)
+
+    def run_pipeline(self, *a, **kw):
+        self.pipelines += 1
+        return self.engine.run_pipeline(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def test_pool_holds_generic_pipelines_oz_suffixes_and_library_pipelines_once_and_never_oz_alone():
+    library = default_library()
+    pool = ranker_pool(library)
+    assert len(pool) == len(set(pool)) and (OZ,) not in pool
+    assert set(GENERIC) - {(OZ,)} <= set(pool) and set(oz_suffixes()) <= set(pool)
+    assert set(library.coreset) - {(OZ,)} <= set(pool)
+    better = [p.best()[0] for p in library.programs if p.best()[0] != (OZ,) and p.best()[1] < p.oz_count]
+    assert better and set(better) & set(pool)                          # programs' best pipelines join it
+    assert pool == ranker_pool(library) != ranker_pool(library, seed=1)   # the edits are seeded
+    bare = ranker_pool(None)                                          # no library: generic and -Oz suffixes only
+    assert set(bare) == (set(GENERIC) | set(oz_suffixes())) - {(OZ,)}
+    fewer = ranker_pool(library, library_best=3, mutations=0)
+    assert len(fewer) == len(set(GENERIC) | set(library.coreset) | set(oz_suffixes()) | {(OZ,)}) - 1 + 3
+
+
+def test_gains_floor_failures_and_pipelines_worse_than_oz():
+    oz = np.array([100, 40])
+    values = np.array([[50.0, 100.0, 200.0, np.nan],
+                       [40.0, 20.0, 41.0, 0.0]])
+    gains = gains_matrix(oz, values)
+    assert gains.dtype == np.float32 and gains.shape == (2, 4)
+    np.testing.assert_allclose(gains, [[math.log(2), 0.0, GAIN_FLOOR, GAIN_FLOOR],
+                                       [0.0, math.log(2), max(math.log(40 / 41), GAIN_FLOOR), math.log(40)]],
+                               rtol=1e-6)
+    assert gains[0, 2] == gains[0, 3] == np.float32(GAIN_FLOOR)     # 2x worse than -Oz, and failed: the floor
+    assert gains[1, 2] == np.float32(math.log(40 / 41))              # a little worse: above the floor, kept
+
+
+def synthetic(n: int = 80, seed: int = 0):
+    """Rows (n, 3) and gains (n, 4) of the pool [A, B, C, A_COPY]: A gains when feature 0 > -0.3, B otherwise,
+    C never; A_COPY is A's column again."""
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(size=(n, 3)).astype(np.float32)
+    a = np.where(rows[:, 0] > -0.3, 0.10, GAIN_FLOOR) + rng.normal(0, 0.005, n)
+    b = np.where(rows[:, 0] <= -0.3, 0.10, GAIN_FLOOR) + rng.normal(0, 0.005, n)
+    c = np.zeros(n) + rng.normal(0, 0.005, n)
+    return rows, np.stack([a, b, c, a], axis=1).astype(np.float32), [A, B, C, A_COPY]
+
+
+def test_fit_learns_which_pipeline_wins_where_and_chooses_diverse_pipelines():
+    rows, gains, pool = synthetic()
+    ranker = PipelineRanker.fit(rows, gains, pool, "autophase", groups=np.arange(len(rows)) // 4, seed=0)
+    assert ranker.dim == 3 and ranker.training["modules"] == 80 and ranker.training["cv_top1_gain"] > 0.08
+    positive, negative = np.array([2.0, 0.0, 0.0]), np.array([-2.0, 0.0, 0.0])
+    assert ranker.choose(positive, 1) == [A] and ranker.choose(negative, 1) == [B]
+    assert ranker.scores(positive)[0] > ranker.scores(positive)[1]
+    assert A_COPY not in ranker.choose(positive, 2)                  # a copy of the first adds nothing
+    assert ranker.choose(positive, 4, exclude=[A])[0] == A_COPY and A not in ranker.choose(positive, 4, exclude=[A])
+    with pytest.raises(ValueError, match="rows of 3 values"):
+        ranker.scores(np.zeros(4))
+
+    nothing = PipelineRanker.fit(representation_rows("none", autophase=np.zeros((80, 56))), gains, pool, "none")
+    assert nothing.dim == 0 and nothing.training["alpha"] == 0.0
+    by_mean = [pool[i] for i in np.argsort(-nothing.scores(None))[:2]]
+    assert set(by_mean) == {A, A_COPY}                               # the top 2 by mean gain: two copies
+    assert set(nothing.choose(None, 2)) in ({A, B}, {A_COPY, B})       # the coverage choice: both winners
+    assert nothing.choose(np.zeros(0), 2) == nothing.choose(None, 2)
+    with pytest.raises(RankerError, match="at least 2"):
+        PipelineRanker.fit(rows[:1], gains[:1], pool, "autophase")
+    with pytest.raises(RankerError, match="gains"):
+        PipelineRanker.fit(rows, gains[:, :3], pool, "autophase")
+
+
+def rewrite_config(folder, change) -> None:
+    """Apply ``change`` to a saved ranker's config and seal it again (a consistent, valid-looking ranker.json)."""
+    path = folder / "ranker.json"
+    config = json.loads(path.read_text())
+    config.pop("digest")
+    change(config)
+    path.write_text(json.dumps(seal(config)))
+
+
+def test_a_saved_ranker_reads_back_equal_and_a_damaged_one_is_refused(tmp_path):
+    import shutil
+
+    rows, gains, pool = synthetic()
+    ranker = PipelineRanker.fit(rows, gains, pool, "autophase", identity={"probe_set_hash": "x"})
+    saved = ranker.save(tmp_path / "r")
+    again = load_ranker(saved)
+    for row in rows[:5]:
+        np.testing.assert_array_equal(again.scores(row), ranker.scores(row))
+        assert again.choose(row, 3) == ranker.choose(row, 3)
+    assert again.pool == pool and again.representation == "autophase" and again.alpha == ranker.alpha
+    assert again.identity == {"probe_set_hash": "x"} and again.training == ranker.training
+
+    def broken(name, damage):
+        folder = tmp_path / name
+        shutil.copytree(saved, folder)
+        damage(folder)
+        return folder
+
+    def edit_json(folder):
+        path = folder / "ranker.json"
+        path.write_text(path.read_text().replace('"representation":"autophase"', '"representation":"spectrum"'))
+
+    def flip_weights(folder):
+        data = bytearray((folder / "ranker.safetensors").read_bytes())
+        data[-3] ^= 0xFF
+        (folder / "ranker.safetensors").write_bytes(bytes(data))
+
+    def drop_a_pipeline(folder):
+        rewrite_config(folder, lambda config: config.update(pool=config["pool"][:-1]))
+
+    cases = {"json": (edit_json, "digest mismatch"), "weights": (flip_weights, "checksum mismatch"),
+             "shape": (drop_a_pipeline, "do not fit")}
+    for name, (damage, message) in cases.items():
+        with pytest.raises(RankerError, match=message):
+            load_ranker(broken(name, damage))
+    ranker.weights[1, 2] = np.nan
+    ranker.save(tmp_path / "nan")
+    with pytest.raises(RankerError, match="non-finite"):
+        load_ranker(tmp_path / "nan")
+    with pytest.raises(RankerError, match="no such ranker folder"):
+        load_ranker(tmp_path / "missing")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(RankerError, match="not a pipeline ranker"):
+        ranker.save(tmp_path / "mine")                              # a folder that holds something else
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    with pytest.raises(RankerError, match="do not fit a pool"):
+        PipelineRanker(pool[:-1], "none", np.zeros(0), np.zeros(0), np.zeros((0, 4)), np.zeros(4), np.zeros((2, 4)))
+
+
+def test_pool_rows_are_measure_pool_counts_and_a_second_call_measures_nothing(engine, examples, tmp_path):
+    modules = [examples[name] for name in ("sum_array", "matmul", "state_machine")]
+    folder = tmp_path / "rows"
+    written, failures = measure_pool_rows(modules[:2], folder, TINY_POOL, engine=engine, chunk=1)
+    assert (written, failures) == (2, [])
+    written, failures = measure_pool_rows(modules, folder, TINY_POOL, engine=engine)
+    assert (written, failures) == (1, [])                            # only the new module
+    data = load_ranker_data(folder)
+    assert data.pool == TINY_POOL and data.shas == [m.sha256 for m in modules] and (data.seconds > 0).all()
+    for module, oz, values in zip(modules, data.oz, data.values):
+        want_oz, counts = measure_pool(module, TINY_POOL, engine)
+        assert oz == want_oz and values.tolist() == [float(c) for c in counts]
+        assert oz == bpq.optimize(module, "Oz", engine=engine).instruction_count
+    counting = CountingEngine(engine)
+    assert measure_pool_rows(modules, folder, TINY_POOL, engine=counting) == (0, [])
+    assert counting.pipelines == 0
+    with pytest.raises(RankerError, match="another pool"):
+        measure_pool_rows(modules, folder, TINY_POOL[:-1], engine=engine)
+
+
+@pytest.fixture(scope="module")
+def tiny_ranker(tmp_path_factory, examples):
+    """An Autophase ranker over TINY_POOL fitted on the rows of 12 small generated programs and the examples."""
+    from behavioral_pq import Engine
+
+    root = tmp_path_factory.mktemp("ranker")
+    sources = varied_programs(root / "src", 12)
+    modules = [bpq.load_module(p) for p in sorted(sources.glob("*.c"))] + list(examples.values())
+    with Engine(workers=2, timeout=60) as engine:
+        measure_pool_rows(modules, root / "rows", TINY_POOL, engine=engine)
+    data = load_ranker_data(root / "rows")
+    by_sha = {m.sha256: m for m in modules}
+    rows = representation_rows("autophase", autophase=np.stack([autophase(by_sha[s]) for s in data.shas]))
+    ranker = PipelineRanker.fit(rows, data.gains, data.pool, "autophase")
+    ranker.save(root / "ranker")
+    return ranker
+
+
+def test_recommend_spends_the_budget_on_the_rankers_picks_first(tiny_ranker, engine, examples):
+    module = examples["matmul"]
+    row = representation_rows("autophase", autophase=autophase(module)[None])[0]
+    picks = tiny_ranker.choose(row, 4)                              # round(6 * RANKED_SHARE)
+    counting = CountingEngine(engine)
+    found = recommend_pipeline(module, 6, ranker=tiny_ranker.path, engine=counting)
+    assert found.compilations == 6 and counting.pipelines == 6 + 1   # -Oz is measured besides the budget
+    assert found.instruction_count <= found.oz_count
+    tried = [steps for steps, _ in found.tried]
+    assert tried[:4] == picks and len(tried) == 6
+    assert found.instruction_count == min([found.oz_count] + [c for _, c in found.tried if c is not None])
+    assert bpq.optimize(module, found.pipeline, engine=engine).instruction_count == found.instruction_count
+    with pytest.raises(ValueError, match="ir-count"):
+        recommend_pipeline(module, 2, ranker=tiny_ranker, engine=engine, objective="text-size")
+
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory):
+    """A split store of 16 generated programs in 4 projects (p0/ to p3/, a split group each) with spectra for the
+    shipped encoder's probe set, and rows of TINY_POOL (tiny-data) for the modules of p0/ and an example that is
+    not in the store."""
+    root = tmp_path_factory.mktemp("ranker-cli")
+    store = root / "store"
+    sources = varied_programs(root / "src", 16)
+    for i, path in enumerate(sorted(sources.glob("*.c"))):
+        (sources / f"p{i % 4}").mkdir(exist_ok=True)
+        path.rename(sources / f"p{i % 4}" / path.name)
+    build_corpus(discover([sources], origin="t", group_regex=r"^(p\d)/"), store, workers=2, labels=False)
+    split_corpus(store, fractions=[0.7, 0.3], names=["train", "test"], seed=0)
+    compute_spectra(store, workers=2)
+    groups = Corpus(store).split_groups()
+    modules = [m for m in Corpus(store).iter_modules() if groups[m.sha256].endswith(":p0")]
+    measure_pool_rows(modules + [bpq.load_module(EXAMPLES / "matmul.c")], root / "tiny-data", TINY_POOL)
+    return root
+
+
+def bpq_main(capsys, *args):
+    """``bpq ARGS`` in this process: (exit status, stdout, stderr)."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_measures_fits_shows_and_optimizes_with_a_ranker(cli_store, capsys):
+    store, data, out = cli_store / "store", cli_store / "data", cli_store / "ranker"
+    train = Corpus(store).split("train")
+    code, stdout, _ = bpq_main(capsys, "ranker", "measure", store, "--out", data, "--programs", 3, "--json")
+    first = json.loads(stdout)
+    assert code == 0 and first["written"] == first["rows"] == 3 and first["failures"] == []
+    assert first["pool"] == len(ranker_pool(default_library()))
+    code, stdout, _ = bpq_main(capsys, "ranker", "measure", store, "--out", data)       # the rest of the split
+    assert code == 0 and f"{len(train) - 3} rows written ({len(train)} in all" in stdout
+    assert sorted(load_ranker_data(data).shas) == train
+
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "embedding",
+                               "--out", out)
+    assert code == 0 and "reading the embedding" in stdout and f"fitted on {len(train)} modules" in stdout
+    ranker = load_ranker(out)
+    groups = Corpus(store).split_groups()
+    assert ranker.representation == "embedding" and ranker.identity == encoder_identity(load_encoder())
+    assert ranker.training["modules"] == len(train) and ranker.training["groups"] == len({groups[s] for s in train})
+    assert 2 <= ranker.training["groups"] < len(train)               # held out by project, not module by module
+    assert f"ridge alpha {ranker.alpha:g}" in stdout
+
+    code, stdout, _ = bpq_main(capsys, "ranker", "show", out, "--top", 3)
+    lines = [line for line in stdout.splitlines() if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert code == 0 and [line.split(maxsplit=2)[2] for line in lines] == [describe_steps(s)
+                                                                           for s in ranker.choose(None, 3)]
+    code, stdout, _ = bpq_main(capsys, "ranker", "show", out, "--top", 2, "--json")
+    assert [tuple(t["steps"]) for t in json.loads(stdout)["top"]] == ranker.choose(None, 2)
+
+    code, stdout, _ = bpq_main(capsys, "optimize", EXAMPLES / "matmul.c", "--auto", "--budget", 4, "--ranker", out,
+                               "--target", "measure", "--json")
+    record = json.loads(stdout)
+    assert code == 0 and record["compilations"] == 4 and record["probe_compilations"] > 0
+    assert record["neighbors"] == []                                 # the ranker chose, not the library
+    assert record["instructions_after"] == record["instruction_count"] <= record["oz_count"]
+
+    code, stdout, _ = bpq_main(capsys, "compile", EXAMPLES / "matmul.c", "--auto-passes", "--budget", 3, "--ranker",
+                               out, "--target", "measure", "-o", cli_store / "matmul")
+    assert code == 0 and "in 3/3 compilations" in stdout and (cli_store / "matmul").is_file()
+
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
+                               "--out", cli_store / "global", "--json")
+    assert code == 0 and json.loads(stdout)["dim"] == 0 and load_ranker(cli_store / "global").dim == 0
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", cli_store / "tiny-data", "--corpus", store,
+                               "--representation", "autophase", "--out", cli_store / "one-project")
+    assert code == 0 and "note: 1 of the 5 measured modules left out: not in this store" in stdout
+    assert "are all in split group 't:p0': cross-validation holds out modules instead" in stdout
+    assert load_ranker(cli_store / "one-project").training["groups"] == 4
+
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "spectrum",
+                               "--out", cli_store / "spectrum")
+    assert code == 0 and load_ranker(cli_store / "spectrum").dim == (load_encoder().probe_set.num_probes + 1) * 56
+
+
+def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_store, capsys, tmp_path):
+    store = cli_store / "store"
+    rows, gains, pool = synthetic(8)
+    foreign = PipelineRanker.fit(rows, gains, pool, "embedding",
+                                 identity=dict(encoder_identity(load_encoder()), model_sha256="0" * 64))
+    foreign.save(tmp_path / "foreign")
+    other_probes = PipelineRanker.fit(rows, gains, pool, "spectrum", identity={"probe_set_hash": "f" * 64})
+    other_probes.save(tmp_path / "probes")
+    corrupt = tmp_path / "corrupt"
+    other_probes.save(corrupt)
+    (corrupt / "ranker.json").write_text((corrupt / "ranker.json").read_text().replace('"alpha"', '"alpha2"'))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    matmul = EXAMPLES / "matmul.c"
+    cases = [(("optimize", matmul, "--auto", "--ranker", tmp_path / "missing"), "no such ranker folder"),
+             (("optimize", matmul, "--auto", "--ranker", corrupt), "digest mismatch"),
+             (("optimize", matmul, "--auto", "--ranker", tmp_path / "foreign"), "fitted on encoder"),
+             (("optimize", matmul, "--auto", "--ranker", tmp_path / "probes"), "probe set ffffffffffff"),
+             (("optimize", matmul, "--passes", "Oz", "--ranker", tmp_path / "probes"), "give --auto"),
+             (("optimize", matmul, "--auto", "--ranker", tmp_path / "probes", "--library", tmp_path, "--learn"),
+              "drop --library"),
+             (("compile", matmul, "--auto-passes", "--ranker", tmp_path / "probes", "-o", tmp_path / "bin"),
+              "give --target measure"),
+             (("compile", matmul, "--ranker", tmp_path / "probes", "-o", tmp_path / "bin"), "give --auto-passes"),
+             (("ranker", "show", corrupt), "digest mismatch"),
+             (("ranker", "show", tmp_path / "full"), "not a pipeline ranker"),
+             (("ranker", "fit", tmp_path / "missing", "--corpus", store, "--representation", "none", "--out",
+               tmp_path / "r"), "no ranker training data"),
+             (("ranker", "fit", cli_store / "tiny-data", "--corpus", store, "--representation", "none", "--out",
+               tmp_path / "full"), "refusing to replace it"),
+             (("ranker", "measure", store, "--out", tmp_path / "full"), "holds no ranker training data"),
+             (("ranker", "measure", store, "--out", tmp_path / "d", "--split", "nope"), "no split named"),
+             (("ranker", "measure", store, "--out", tmp_path / "d", "--programs", 0), "--programs must be")]
+    for args, message in cases:
+        code, _, err = bpq_main(capsys, *args)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (args, err)
+    with pytest.raises(SystemExit):
+        main(["ranker", "fit", str(cli_store / "tiny-data"), "--corpus", str(store), "--representation", "ir2vec",
+              "--out", str(tmp_path / "r")])
+    assert "invalid choice: 'ir2vec'" in capsys.readouterr().err
