@@ -98,7 +98,7 @@ def synthetic(n: int = 80, seed: int = 0):
 def test_fit_learns_which_pipeline_wins_where_and_chooses_diverse_pipelines():
     rows, gains, pool = synthetic()
     ranker = PipelineRanker.fit(rows, gains, pool, "autophase", groups=np.arange(len(rows)) // 4, seed=0)
-    assert ranker.dim == 3 and ranker.training["modules"] == 80 and ranker.training["cv_top1_gain"] > 0.08
+    assert ranker.dim == 3 and ranker.training["modules"] == 80 and ranker.training["cv_gain"] > 0.08
     positive, negative = np.array([2.0, 0.0, 0.0]), np.array([-2.0, 0.0, 0.0])
     assert ranker.choose(positive, 1) == [A] and ranker.choose(negative, 1) == [B]
     assert ranker.scores(positive)[0] > ranker.scores(positive)[1]

@@ -168,8 +168,9 @@ def cmd_fit(args) -> int:
         print(f"note: {note}")
     print(f"wrote {args.out}: a ranker over {len(ranker.pool)} pipelines reading {READS[ranker.representation]} "
           f"({ranker.dim} inputs), fitted on {training['modules']} modules in {training['groups']} groups")
-    print(f"  {training['folds']}-fold cross-validation over groups: ridge alpha {training['alpha']:g}; the top pick "
-          f"gains {training['cv_top1_gain']:+.4f} (log IC_Oz / IC) on held-out modules")
+    print(f"  {training['folds']}-fold cross-validation over groups: ridge alpha {training['alpha']:g}; the best of "
+          f"its top {training['cv_top']} picks gains {training['cv_gain']:+.4f} (log IC_Oz / IC, at least -Oz's 0) "
+          "on held-out modules")
     return 0
 
 
@@ -196,8 +197,8 @@ def cmd_show(args) -> int:
           f"({ranker.dim} inputs)")
     if training:
         print(f"  fitted on {training.get('modules')} modules ({training.get('folds')}-fold cross-validation over "
-              f"groups): ridge alpha {ranker.alpha:g}, held-out gain of the top pick "
-              f"{training.get('cv_top1_gain', float('nan')):+.4f}")
+              f"groups): ridge alpha {ranker.alpha:g}, held-out gain of the best of its top "
+              f"{training.get('cv_top')} picks {training.get('cv_gain', float('nan')):+.4f}")
     if ranker.identity:
         print("  inputs from " + ", ".join(f"{k} {str(v)[:12]}" for k, v in ranker.identity.items()))
     print(f"first {len(top)} without module input (a coverage choice; predicted IC_Oz / IC):")

@@ -390,7 +390,7 @@ class PipelineRanker:
         if len(residuals) > SCENARIOS:
             residuals = residuals[np.sort(rng.choice(len(residuals), SCENARIOS, replace=False))]
         training = {"modules": int(len(x)), "folds": folds, "alpha": best_alpha,
-                    f"cv_top{CV_TOP}_gain": best_score, "seed": seed}
+                    "cv_gain": best_score, "cv_top": CV_TOP, "seed": seed}
         return cls(pool, representation, mean.astype(np.float32), scale.astype(np.float32),
                    np.asarray(weights, np.float32), np.asarray(bias, np.float32), residuals.astype(np.float32),
                    alpha=best_alpha, identity=identity, training=training)
