@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("--representations", default="embedding,spectrum,autophase,none")
     parser.add_argument("--ranked-share", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--no-baselines", action="store_true", help="leave out greedy and random search")
+    parser.add_argument("--no-library", action="store_true", help="leave out today's retrieval (library)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -128,7 +129,7 @@ def main() -> int:
                     extra = probe_seconds if rep in ("spectrum", "embedding") else 0.0
                     row["seconds"][f"ranker-{rep}"][budget] = found.seconds + extra
             embedding = embeddings.get(sha)
-            for budget in sorted(set(budgets + [args.reference_budget])):
+            for budget in ([] if args.no_library else sorted(set(budgets + [args.reference_budget]))):
                 found = recommend_pipeline(module, budget, library=library, engine=engine, embedding=embedding,
                                            seed=args.seed)
                 row["oz_count"] = found.oz_count

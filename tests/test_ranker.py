@@ -233,6 +233,26 @@ def test_recommend_spends_the_budget_on_the_rankers_picks_first(tiny_ranker, eng
         recommend_pipeline(module, 2, ranker=tiny_ranker, engine=engine, objective="text-size")
 
 
+def test_recommend_refuses_a_ranker_fitted_on_another_encoders_inputs(tiny_ranker, engine, examples):
+    encoder = load_encoder()
+    pool, k = tiny_ranker.pool, len(tiny_ranker.pool)
+
+    def ranker(representation, dim, identity):
+        return PipelineRanker(pool, representation, np.zeros(dim, np.float32), np.ones(dim, np.float32),
+                              np.zeros((dim, k), np.float32), np.zeros(k, np.float32), np.zeros((2, k), np.float32),
+                              identity=identity)
+
+    other = dict(encoder_identity(encoder), model_sha256="0" * 64)
+    with pytest.raises(RankerError, match="encoder"):
+        recommend_pipeline(examples["matmul"], 4, ranker=ranker("embedding", encoder.dim, other), engine=engine)
+    with pytest.raises(RankerError, match="probe set"):
+        recommend_pipeline(examples["matmul"], 4, engine=engine,
+                           ranker=ranker("spectrum", 56 * (encoder.probe_set.num_probes + 1),
+                                         {"probe_set_hash": "f" * 64}))
+    mine = ranker("embedding", encoder.dim, encoder_identity(encoder))
+    assert recommend_pipeline(examples["matmul"], 4, ranker=mine, engine=engine).compilations == 4
+
+
 @pytest.fixture(scope="module")
 def cli_store(tmp_path_factory):
     """A split store of 16 generated programs in 4 projects (p0/ to p3/, a split group each) with spectra for the

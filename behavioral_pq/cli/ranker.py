@@ -40,45 +40,12 @@ READS = {"embedding": "the embedding", "spectrum": "the spectrum and Autophase",
          "none": "no module input (one ranking for every module)"}
 
 
-def ranker_identity(representation: str, encoder) -> dict:
-    """What a ranker's input rows depend on: the encoder (embedding), its probe set (spectrum), or nothing."""
-    from behavioral_pq.artifacts import encoder_identity
-
-    if representation == "embedding":
-        return encoder_identity(encoder)
-    if representation == "spectrum":
-        return {"probe_set_hash": encoder.probe_set.hash}
-    return {}
-
-
-def check_ranker(ranker, encoder) -> None:
-    """Refuse a ranker whose inputs ``encoder`` does not make: fitted on another encoder's embeddings, or on the
-    spectra of another probe set.
-
-    Raises:
-        RankerError: the mismatch, naming what the ranker was fitted on.
-    """
-    from behavioral_pq.artifacts import check_encoder
-    from behavioral_pq.tasks.guidance.ranker import RankerError
-
-    where = ranker.path or "the ranker"
-    if ranker.representation == "embedding":
-        check_encoder(where, ranker.identity, encoder, RankerError, "give --checkpoint of the encoder it was fitted "
-                      "on, or fit it again", verb="fitted")
-    elif ranker.representation == "spectrum":
-        wanted = ranker.identity.get("probe_set_hash")
-        if wanted != encoder.probe_set.hash:
-            raise RankerError(f"{where}: fitted on the spectra of probe set {str(wanted)[:12]}, the encoder measures "
-                              f"probe set {encoder.probe_set.hash[:12]}; give --checkpoint of an encoder on that "
-                              "probe set, or fit it again")
-
-
 def load_checked_ranker(path, encoder=None):
     """The ranker folder ``path`` (:func:`~behavioral_pq.tasks.guidance.ranker.load_ranker`) and the encoder its
     search needs (``encoder``, or the shipped one for an embedding or spectrum ranker; None for the others),
     checked to fit each other."""
     from behavioral_pq.embedding.encoder import load_encoder
-    from behavioral_pq.tasks.guidance.ranker import load_ranker
+    from behavioral_pq.tasks.guidance.ranker import check_ranker, load_ranker
 
     ranker = load_ranker(path)
     if ranker.representation in ("embedding", "spectrum"):
@@ -128,7 +95,8 @@ def cmd_fit(args) -> int:
     from behavioral_pq.artifacts import check_replaceable
     from behavioral_pq.corpus.reader import Corpus
     from behavioral_pq.tasks.guidance.build import stored_representation
-    from behavioral_pq.tasks.guidance.ranker import FORMAT, PipelineRanker, RankerError, load_ranker_data
+    from behavioral_pq.tasks.guidance.ranker import (FORMAT, PipelineRanker, RankerError, load_ranker_data,
+                                                    ranker_identity)
 
     data = load_ranker_data(args.data)
     if not data.shas:

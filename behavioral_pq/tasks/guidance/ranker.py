@@ -32,10 +32,12 @@ import numpy as np
 from behavioral_pq.artifacts import (
     WEIGHTS_LIMIT,
     atomic_path,
+    check_encoder,
     check_files,
     check_replaceable,
     check_shapes,
     confined,
+    encoder_identity,
     file_checksums,
     read_bounded,
     read_sealed_config,
@@ -295,6 +297,34 @@ def representation_rows(representation: str, *, spectra: Optional[np.ndarray] = 
     n = next(len(a) for a in (spectra, autophase, embeddings) if a is not None) if any(
         a is not None for a in (spectra, autophase, embeddings)) else 0
     return np.zeros((n, 0), np.float32)
+
+
+def ranker_identity(representation: str, encoder) -> dict:
+    """What a ranker's input rows depend on: the encoder (embedding), its probe set (spectrum), or nothing."""
+    if representation == "embedding":
+        return encoder_identity(encoder)
+    if representation == "spectrum":
+        return {"probe_set_hash": encoder.probe_set.hash}
+    return {}
+
+
+def check_ranker(ranker, encoder) -> None:
+    """Refuse a ranker whose inputs ``encoder`` does not make: fitted on another encoder's embeddings, or on the
+    spectra of another probe set.
+
+    Raises:
+        RankerError: the mismatch, naming what the ranker was fitted on.
+    """
+    where = ranker.path or "the ranker"
+    if ranker.representation == "embedding":
+        check_encoder(where, ranker.identity, encoder, RankerError, "give the encoder it was fitted on, or fit it "
+                      "again", verb="fitted")
+    elif ranker.representation == "spectrum":
+        wanted = ranker.identity.get("probe_set_hash")
+        if wanted != encoder.probe_set.hash:
+            raise RankerError(f"{where}: fitted on the spectra of probe set {str(wanted)[:12]}, the encoder measures "
+                              f"probe set {encoder.probe_set.hash[:12]}; give an encoder on that probe set, or fit it "
+                              "again")
 
 
 # --------------------------------------------------------------------------------------------------------- model

@@ -23,7 +23,7 @@ from behavioral_pq.embedding.sampling import SAMPLE_BUDGET
 from behavioral_pq.embedding.spectrum import spectra
 from behavioral_pq.errors import DeadlineError
 from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library
-from behavioral_pq.tasks.guidance.ranker import load_ranker, representation_rows
+from behavioral_pq.tasks.guidance.ranker import check_ranker, load_ranker, representation_rows
 from behavioral_pq.tasks.guidance.trials import (
     ProgressCallback,
     Recommendation,
@@ -295,6 +295,7 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
                          "stood in")
         else:
             encoder = encoder or load_encoder()
+            check_ranker(ranker, encoder)
             trials.report("embedding")
             watch = (lambda done, total: trials.report("embedding", done, total)) if report else bool(progress)
             cut = None if end is None else time.monotonic() + EMBEDDING_CUT * (end - time.monotonic())
