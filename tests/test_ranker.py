@@ -18,6 +18,7 @@ from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import RankerError
 from behavioral_pq.tasks.guidance import GENERIC, OZ, default_library, describe_steps, recommend_pipeline
+from behavioral_pq.tasks.guidance.build import deepen_pool
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
 from behavioral_pq.tasks.guidance.ranker import (
     GAIN_FLOOR,
@@ -197,6 +198,38 @@ def test_pool_rows_are_measure_pool_counts_and_a_second_call_measures_nothing(en
     assert counting.pipelines == 0
     with pytest.raises(RankerError, match="another pool"):
         measure_pool_rows(modules, folder, TINY_POOL[:-1], engine=engine)
+
+
+#: Small loops that -Oz keeps and "-Oz -loop-rotate -Oz" shortens (27 -> 25 instructions on LLVM 19).
+LOOPS_C = """
+int sum4(const int *a) { int s = 0; for (int i = 0; i < 4; i++) s += a[i] * (i + 1); return s; }
+int dot3(const int *a, const int *b) { int s = 0; for (int i = 0; i < 3; i++) s += a[i] * b[i]; return s; }
+"""
+
+
+def test_deepen_adds_the_winners_of_deep_searches_and_measures_only_the_new_columns(engine, examples, tmp_path):
+    (tmp_path / "loops.c").write_text(LOOPS_C)
+    loops = bpq.load_module(tmp_path / "loops.c")
+    modules = [loops, examples["sum_array"], examples["matmul"]]
+    pool = TINY_POOL + [(OZ, "-loop-rotate", OZ)]
+    measure_pool_rows(modules, tmp_path / "rows", pool, engine=engine)
+    base = load_ranker_data(tmp_path / "rows")
+    assert base.gains[0, -1] > 0                                     # the pool's winner on the loops
+    added, written, failures = deepen_pool(tmp_path / "rows", tmp_path / "deep", [loops], modules, budget=30,
+                                           keep=3, engine=engine)
+    deep = load_ranker_data(tmp_path / "deep")
+    assert written == 3 and failures == [] and deep.shas == base.shas
+    assert deep.pool[:len(pool)] == pool and len(deep.pool) == len(pool) + added
+    assert 1 <= added <= 3 and len(set(deep.pool)) == len(deep.pool)
+    assert np.array_equal(deep.values[:, :len(pool)], base.values, equal_nan=True)   # copied, not remeasured
+    new = deep.pool[len(pool):]
+    for module, row in zip(modules, deep.values):
+        _, counts = measure_pool(module, new, engine)
+        assert row[len(pool):].tolist() == [float(c) for c in counts]
+    assert (deep.gains[0, len(pool):] > 0).all()                     # each added pipeline beat -Oz where found
+    counting = CountingEngine(engine)
+    assert deepen_pool(tmp_path / "rows", tmp_path / "deep", [loops], modules, engine=counting) == (added, 0, [])
+    assert counting.pipelines == 0                                   # winners and rows are kept: nothing reruns
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""``bpq ranker measure|fit|show``: a learned ranker over pass pipelines (issue 43), its training data, and what it
+"""``bpq ranker measure|deepen|fit|show``: a learned ranker over pass pipelines (issue 43), its training data, and what it
 would try first; ``bpq optimize --auto --ranker DIR`` spends the budget on its picks."""
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ RANKER_EPILOG = """\
 example (training data from the train split's real programs, a ranker on the embedding, then its use):
   bpq corpus spectra store/ --split train --kind real        # embedding and spectrum rankers read them
   bpq ranker measure store/ --out ranker-data --kind real --max-instructions 50000
-  bpq ranker fit ranker-data --corpus store/ --representation embedding --out my-ranker
+  bpq ranker deepen ranker-data --corpus store/ --out ranker-deep --programs 80 --max-instructions 3000
+  bpq ranker fit ranker-deep --corpus store/ --representation embedding --out my-ranker
   bpq ranker show my-ranker --top 10
   bpq optimize prog.c --auto --budget 50 --ranker my-ranker
 
 measure runs every pipeline of the pool (the generic pipelines, the library's coreset and programs' best
 pipelines, -Oz followed by each catalog pass, random edits of the coreset: about 470) on each module of the split
 and appends the rows to DATA as it goes: a killed run resumes, and another --seed or --programs adds modules to
-the same rows. fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
+the same rows. deepen searches some of those modules deeply (the no-module ranking, then local search), adds
+their winners to the pool and writes the rows over the larger pool to a new folder (old columns copied). fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
 the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
 """
 
@@ -88,6 +90,41 @@ def cmd_measure(args) -> int:
               f"pipelines), {len(failures)} failed")
         for failure in failures:
             print(f"  failed {failure['program'][:12]}: {failure['error']}")
+    return 1 if failures and not written else 0
+
+
+def cmd_deepen(args) -> int:
+    import numpy as np
+
+    from behavioral_pq.corpus.reader import Corpus
+    from behavioral_pq.tasks.guidance.build import deepen_pool
+    from behavioral_pq.tasks.guidance.ranker import load_ranker_data
+
+    for name in ("programs", "budget", "keep"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    out = check_output_folder(args.out)
+    if out.is_dir() and any(out.iterdir()) and not (out / "pool.json").exists():
+        raise ValueError(f"{out}: exists and holds no ranker training data (pool.json); choose another folder")
+    base = load_ranker_data(args.data)
+    corpus = Corpus(args.corpus)
+    shas = corpus.narrow(base.shas, max_instructions=args.max_instructions)
+    if not shas:
+        raise ValueError(f"{args.data}: no rows of modules in {args.corpus}"
+                         + (f" of at most {args.max_instructions} instructions" if args.max_instructions else ""))
+    searched = set(np.random.default_rng(args.seed).choice(shas, min(args.programs, len(shas)), replace=False)
+                   .tolist())
+    modules = list(corpus.iter_modules(only=set(shas)))
+    added, written, failures = deepen_pool(args.data, out, [m for m in modules if m.sha256 in searched], modules,
+                                           budget=args.budget, keep=args.keep, seed=args.seed,
+                                           progress=not args.json)
+    rows = len(load_ranker_data(out).shas)
+    if args.json:
+        print_json({"data": str(out), "searched": len(searched), "added": added, "pool": len(base.pool) + added,
+                    "written": written, "rows": rows, "failures": failures})
+    else:
+        print(f"{out}: {added} pipelines from {len(searched)} deep searches join the {len(base.pool)}; "
+              f"{written} rows written ({rows} in all), {len(failures)} failed")
     return 1 if failures and not written else 0
 
 
@@ -176,7 +213,7 @@ def cmd_show(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("ranker", help="a learned ranker over pass pipelines: measure, fit, show",
+    p = sub.add_parser("ranker", help="a learned ranker over pass pipelines: measure, deepen, fit, show",
                        description="Train a ranker that predicts each pipeline's gain over -Oz from a module's "
                                    "representation, and spends a search budget on its picks "
                                    "(bpq optimize --auto --ranker DIR).",
@@ -198,6 +235,23 @@ def add_parsers(sub) -> None:
                    help="program library whose coreset and best pipelines join the pool (default: shipped)")
     m.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     m.set_defaults(func=cmd_measure)
+
+    d = rsub.add_parser("deepen", help="add the winners of deep searches on measured modules to the pool",
+                        epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("data", metavar="DATA", help="training-data folder (bpq ranker measure)")
+    d.add_argument("--corpus", required=True, metavar="STORE", help="the store the rows were measured on")
+    d.add_argument("--out", required=True, metavar="DATA2", help="training-data folder of the larger pool "
+                                                                    "(created or resumed)")
+    d.add_argument("--programs", type=int, default=80, metavar="N", help="modules searched deeply (default 80)")
+    d.add_argument("--budget", type=int, default=300, metavar="N",
+                   help="compilations of each deep search (default 300)")
+    d.add_argument("--keep", type=int, default=3, metavar="K",
+                   help="best pipelines of each search that join the pool (default 3)")
+    d.add_argument("--max-instructions", type=int, metavar="N",
+                   help="search, and keep rows of, modules of at most N instructions only")
+    d.add_argument("--seed", type=int, default=1, help="seed of the searched sample and the searches (default 1)")
+    d.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
+    d.set_defaults(func=cmd_deepen)
 
     f = rsub.add_parser("fit", help="fit a ranker on measured rows and the store's module representations",
                         epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from behavioral_pq.artifacts import check_replaceable, encoder_identity
+from behavioral_pq.artifacts import atomic_path, check_replaceable, encoder_identity, read_json_bounded
 from behavioral_pq.core.catalog import PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
@@ -21,7 +21,7 @@ from behavioral_pq.core.module import Module
 from behavioral_pq.core.target import Target
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
-from behavioral_pq.errors import BPQError, CorpusError, LibraryError
+from behavioral_pq.errors import BPQError, CorpusError, LibraryError, RankerError
 from behavioral_pq.tasks.guidance.library import (
     FORMAT,
     GENERIC,
@@ -33,8 +33,14 @@ from behavioral_pq.tasks.guidance.library import (
     encode_steps,
     merge_results,
 )
-from behavioral_pq.tasks.guidance.ranker import REPRESENTATIONS, representation_rows
-from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS, _local_search
+from behavioral_pq.tasks.guidance.ranker import (
+    REPRESENTATIONS,
+    PipelineRanker,
+    load_ranker_data,
+    measure_pool_rows,
+    representation_rows,
+)
+from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS, _local_search, _search
 from behavioral_pq.tasks.guidance.trials import Trials, check_objective
 from behavioral_pq.training.genetic import FitnessCache, GAConfig, genetic_search
 
@@ -47,6 +53,10 @@ LIBRARY_GA = dict(length=30, population=16, generations=8)
 
 #: Text-size libraries: compilations of the local search in bytes after the instruction-count candidates.
 TEXT_SIZE_LOCAL = 16
+
+#: :func:`deepen_pool`: compilations of each deep search, and the winners of each kept for the pool.
+DEEPEN_BUDGET = 300
+DEEPEN_KEEP = 3
 
 
 def search_program(module, engine, *, ga: Optional[dict] = None, keep: int = 4, seed: int = 0,
@@ -229,3 +239,45 @@ def stored_representation(corpus, representation: str, shas: Sequence[str], enco
         kept, values = [], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32)
     rows = np.array([by_sha[s] for s in kept], np.int64).reshape(-1, len(AUTOPHASE_FEATURES))
     return kept, representation_rows("spectrum", spectra=values, autophase=rows)
+
+
+def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], searched: Sequence[Module],
+                rows: Sequence[Module], *, budget: int = DEEPEN_BUDGET, keep: int = DEEPEN_KEEP, engine=None,
+                seed: int = 0, progress: bool = False) -> Tuple[int, int, List[dict]]:
+    """A larger pool from deep searches: each module of ``searched`` is searched with ``budget`` compilations
+    (the no-module ranking of the rows in ``data``, then local search); the ``keep`` best pipelines that beat -Oz on
+    it join the pool, and the rows of ``rows`` (modules of ``data``) are written to ``out`` over the new pool, the
+    old columns copied and only the new ones measured. Resumable: the searches' winners are kept in
+    ``out/deep.json``, and rows already in ``out`` are skipped.
+
+    On 40 real valid modules (<= 5,000 instructions), 80 deep searches at budget 300 on train modules of <= 3,000
+    instructions added 116 pipelines to the 473, and the no-module ranker at budget 50 went from 1.0206 to 1.0225
+    (geomean IC_Oz / IC).
+
+    Returns (pipelines added, rows written, failures).
+    """
+    from tqdm import tqdm
+
+    engine = engine or default_engine()
+    base = load_ranker_data(data)
+    found_file = Path(out) / "deep.json"
+    if found_file.is_file() and not found_file.is_symlink():
+        found = [decode_steps(s) for s in read_json_bounded(found_file, what="deep-search winners",
+                                                             error=RankerError)["found"]]
+    else:
+        ranker = PipelineRanker.fit(np.zeros((len(base.shas), 0), np.float32), base.gains, base.pool, "none")
+        winners: Dict[Steps, None] = {}
+        for module in tqdm(searched, disable=not progress, desc="deep searches", unit="module"):
+            found_here, _ = _search(module, budget, ranker=ranker, engine=engine, seed=seed)
+            good = sorted(((c, s) for s, c in found_here.tried if c is not None and c < found_here.oz_count),
+                          key=lambda cs: (cs[0], len(cs[1])))
+            winners.update(dict.fromkeys(s for _, s in good[:keep]))
+        found = list(winners)
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with atomic_path(found_file) as tmp:
+            tmp.write_text(json.dumps({"budget": budget, "keep": keep, "searched": [m.sha256 for m in searched],
+                                       "found": [encode_steps(s) for s in found]}) + "\n")
+    new = [s for s in dict.fromkeys(found) if s not in set(base.pool)]
+    written, failures = measure_pool_rows(rows, out, base.pool + new, engine=engine, progress=progress,
+                                          total=len(rows), known=base)
+    return len(new), written, failures

@@ -214,9 +214,11 @@ def load_ranker_data(folder: Union[str, os.PathLike], objective: str = "ir-count
 
 def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: Sequence[Steps], *, engine=None,
                       objective: str = "ir-count", chunk: int = 16, progress: bool = False,
-                      total: Optional[int] = None) -> Tuple[int, List[dict]]:
+                      total: Optional[int] = None, known: Optional[RankerData] = None) -> Tuple[int, List[dict]]:
     """Measure every pipeline of ``pool`` on each module (IR instructions in measure mode) and append the rows to
     ``folder`` in chunks of ``chunk`` modules; modules already there are skipped, so a killed run resumes.
+    ``known``: rows measured before (of another pool): their values are copied, and only the pipelines of ``pool``
+    they lack are measured on their modules.
 
     Returns (rows written, failures): a module whose -Oz fails is a failure (``{"program", "error"}``), a pipeline
     that fails is NaN in its row.
@@ -231,6 +233,9 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
     done = set(load_ranker_data(folder, objective).shas)
     written, failures = 0, []
     rows: Dict[str, list] = {"shas": [], "oz": [], "values": [], "seconds": []}
+    known_rows = {sha: i for i, sha in enumerate(known.shas)} if known is not None else {}
+    known_columns = {steps: j for j, steps in enumerate(known.pool)} if known is not None else {}
+    missing = [steps for steps in pool if steps not in known_columns]
 
     def flush():
         nonlocal written
@@ -249,15 +254,22 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
         if module.sha256 in done:
             continue
         started = time.perf_counter()
+        row = known_rows.get(module.sha256)
         try:
-            oz, counts = measure_pool(module, pool, engine)
+            oz, counts = measure_pool(module, pool if row is None else missing, engine)
         except BPQError as exc:
             failures.append({"program": module.sha256, "error": f"{type(exc).__name__}: {exc}"})
             continue
+        values = [np.nan if c is None else float(c) for c in counts]
+        seconds = time.perf_counter() - started
+        if row is not None:
+            new = dict(zip(missing, values))
+            values = [known.values[row, known_columns[s]] if s in known_columns else new[s] for s in pool]
+            seconds += float(known.seconds[row])
         rows["shas"].append(module.sha256)
         rows["oz"].append(int(oz))
-        rows["values"].append([np.nan if c is None else float(c) for c in counts])
-        rows["seconds"].append(time.perf_counter() - started)
+        rows["values"].append(values)
+        rows["seconds"].append(seconds)
         done.add(module.sha256)
         if len(rows["shas"]) >= chunk:
             flush()
