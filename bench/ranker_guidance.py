@@ -45,6 +45,8 @@ def main() -> int:
     parser.add_argument("--reference-budget", type=int, default=500)
     parser.add_argument("--representations", default="embedding,spectrum,autophase,none")
     parser.add_argument("--ranked-share", type=float, default=None)
+    parser.add_argument("--largest-budget-for", default=None, metavar="REPS",
+                        help="representations that also run at the largest of --budgets (default: all of them)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-baselines", action="store_true", help="leave out greedy and random search")
     parser.add_argument("--no-library", action="store_true", help="leave out today's retrieval (library)")
@@ -107,7 +109,8 @@ def main() -> int:
     stored = {rep: dict(zip(*rows_for(chosen, rep))) for rep in rankers}
     embeddings = stored_embeddings(corpus, encoder, chosen)
     budgets = sorted(int(b) for b in args.budgets.split(","))
-    top = max(budgets + [args.reference_budget])
+    top = max(budgets)          # greedy and random search run once at the largest budget, read at the smaller
+    at_largest = set(args.largest_budget_for.split(",")) if args.largest_budget_for else set(rankers)
     per_module, failed = [], []
     for module in tqdm(list(corpus.iter_modules(only=set(chosen))), desc="ranker guidance", unit="module"):
         sha = module.sha256
@@ -121,7 +124,7 @@ def main() -> int:
                 x = stored[rep].get(sha)
                 if x is None and rep != "none":
                     continue
-                for budget in budgets:
+                for budget in [b for b in budgets if b < top or rep in at_largest]:
                     found = recommend_pipeline(module, budget, engine=engine, seed=args.seed,
                                                ranked_share=ranked_share, ranker=_given_row(ranker, x))
                     row["oz_count"] = found.oz_count
@@ -147,7 +150,7 @@ def main() -> int:
                         best = min(best, c) if c is not None else best
                         running.append(best)
                     per = seconds / max(len(running), 1)
-                    for budget in sorted(set(budgets + [top])):
+                    for budget in budgets:
                         row["counts"][name][budget] = min([found.oz_count] + running[:budget])
                         row["seconds"][name][budget] = per * min(budget, len(running))
                     row.setdefault("per_compilation", {})[name] = per
@@ -162,7 +165,42 @@ def main() -> int:
                                          indent=1, default=str) + "\n")
     print(json.dumps(report["overall"], indent=1))
     plot(report, Path(args.out).with_suffix(".png"))
+    Path(args.out).with_suffix(".md").write_text(markdown(report))
     return 0
+
+
+def markdown(report) -> str:
+    """The report as Markdown: geomean IC_Oz / IC by method and budget, overall and by size bucket, with the
+    mean wall time per module."""
+    keys = list(report["overall"])
+    methods = sorted({k.rsplit("@", 1)[0] for k in keys})
+    budgets = sorted({int(k.rsplit("@", 1)[1]) for k in keys})
+    lines = [f"# Pipeline ranker against retrieval and search ({report['programs']} {report['kind']} "
+             f"{report['split']} modules of at most {report['max_instructions']} instructions)", "",
+             "Geometric mean of IC_Oz / IC (higher is better; -Oz is measured besides every budget), and the mean "
+             "wall time per module in seconds (probes included for embedding and spectrum rankers and for the "
+             "library).", "",
+             "| method | " + " | ".join(f"budget {b}" for b in budgets) + " | seconds at " + " / ".join(
+                 str(b) for b in budgets) + " |",
+             "|---|" + "---:|" * (len(budgets) + 1)]
+    for m in methods:
+        cells = [f"{report['overall'][f'{m}@{b}']:.4f}" if f"{m}@{b}" in report["overall"] else "" for b in budgets]
+        secs = [f"{report['seconds'][f'{m}@{b}']:.2f}" if f"{m}@{b}" in report["seconds"] else "-" for b in budgets]
+        lines.append(f"| {m} | " + " | ".join(cells) + " | " + " / ".join(secs) + " |")
+    lines += ["", "By size bucket (instructions):", "",
+              "| method@budget | " + " | ".join(f"{b} ({v['modules']})" for b, v in report["by_bucket"].items())
+              + " |", "|---|" + "---:|" * len(report["by_bucket"])]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(f"{v[k]:.4f}" if k in v else "" for v in report["by_bucket"].values())
+                     + " |")
+    eq = report.get("equal_time", {})
+    if eq:
+        lines += ["", "At equal wall time (greedy and random search read at the time ranker-spectrum took at budget 50 "
+                  "on each module): " + ", ".join(f"{k} {v:.4f}" for k, v in eq.items()
+                                                  if k != "modules" and v is not None), ""]
+    lines += ["", "Ranker fits (ridge per pipeline, penalty by grouped 3-fold CV over projects): " + "; ".join(
+        f"{rep}: alpha {f['alpha']:g}, {f['modules']} modules" for rep, f in report["fit"].items()), ""]
+    return "\n".join(lines) + "\n"
 
 
 def equal_time(rows, method, budget, geomean):

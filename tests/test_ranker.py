@@ -23,6 +23,7 @@ from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
 from behavioral_pq.tasks.guidance.ranker import (
     GAIN_FLOOR,
     PipelineRanker,
+    default_ranker,
     gains_matrix,
     load_ranker,
     load_ranker_data,
@@ -406,3 +407,15 @@ def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_stor
         main(["ranker", "fit", str(cli_store / "tiny-data"), "--corpus", str(store), "--representation", "ir2vec",
               "--out", str(tmp_path / "r")])
     assert "invalid choice: 'ir2vec'" in capsys.readouterr().err
+
+
+def test_the_shipped_ranker_chooses_by_default_and_false_asks_for_the_library(engine, examples):
+    shipped = default_ranker()
+    assert shipped.representation == "none" and len(shipped.pool) > 500
+    found = recommend_pipeline(examples["matmul"], 10, engine=engine)
+    tried = [steps for steps, _ in found.tried]
+    assert tried[:6] == shipped.choose(None, 6) and found.neighbors == ()   # round(10 * RANKED_SHARE) picks
+    retrieval = recommend_pipeline(examples["matmul"], 10, engine=engine, ranker=False)
+    assert len(retrieval.neighbors) == 8 and [s for s, _ in retrieval.tried][:6] != tried[:6]
+    size = recommend_pipeline(examples["matmul"], 2, engine=engine, objective="text-size")
+    assert size.objective == "text-size" and len(size.neighbors) == 8    # text size keeps the library

@@ -48,6 +48,7 @@ from behavioral_pq.artifacts import (
 from behavioral_pq.core.catalog import BASELINES, PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.embedding.encoder import shipped
 from behavioral_pq.errors import BPQError, RankerError
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
 from behavioral_pq.tasks.guidance.library import GENERIC, OZ, ProgramLibrary, Steps, decode_steps, encode_steps
@@ -533,6 +534,19 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
                             identity=config.get("identity"), training=config.get("training"))
     ranker.path = path
     return ranker
+
+
+#: The shipped ranker (``checkpoints/``): no module input, fitted on the real train projects' rows after
+#: :func:`~behavioral_pq.tasks.guidance.build.deepen_pool` (see ``checkpoints/README.md``).
+DEFAULT_RANKER = "ranker-none-real-s0"
+_ranker_cache: Dict[str, PipelineRanker] = {}
+
+
+def default_ranker() -> PipelineRanker:
+    """The shipped ranker, loaded once per process."""
+    if DEFAULT_RANKER not in _ranker_cache:
+        _ranker_cache[DEFAULT_RANKER] = load_ranker(shipped(DEFAULT_RANKER))
+    return _ranker_cache[DEFAULT_RANKER]
 
 
 def pipelines_text(pool: Sequence[Steps]) -> str:
