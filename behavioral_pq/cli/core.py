@@ -279,7 +279,10 @@ def add_parsers(sub) -> None:
                    help="with --auto: what to minimize: IR instructions (default; CompilerGym's IrInstructionCount) "
                         "or .text bytes of llc -O2's object in target mode (ObjectTextSizeBytes; each candidate "
                         "compiled, so slower)")
-    p.add_argument("--library", metavar="DIR", help="with --auto: program library (default: the shipped one)")
+    p.add_argument("--library", metavar="DIR",
+                   help="with --auto: try this program library's nearest programs' pipelines and coreset instead of "
+                        "the shipped ranker's picks (--objective text-size always uses a library, by default the "
+                        "shipped one)")
     p.add_argument("--learn", action="store_true",
                    help="with --auto: keep what the search found in the library (saved back to --library)")
     p.add_argument("--ranker", metavar="DIR",
