@@ -46,16 +46,23 @@ def representations(items, encoder) -> dict:
     quantized = encoder.quantizer.decode(codes.reshape(n * positions, -1)).reshape(n, positions, 56)
     model = encoder.model
     subs, states, pooled = [], [], []
+    reads_rows = encoder.reads_spectrum          # a spectrum-input model reads the rows, and has no code tables
     with torch.inference_mode():
         for start in range(0, n, 256):
-            x = torch.from_numpy(codes[start:start + 256].astype(np.int64))
-            subs.append(torch.cat([t(x[..., m]) for m, t in enumerate(model.sub_embeddings)], -1).flatten(1).numpy())
+            if reads_rows:
+                x = torch.from_numpy(np.ascontiguousarray(rows[start:start + 256], dtype=np.float32))
+            else:
+                x = torch.from_numpy(codes[start:start + 256].astype(np.int64))
+                subs.append(torch.cat([t(x[..., m]) for m, t in enumerate(model.sub_embeddings)], -1)
+                            .flatten(1).numpy())
             h = model.hidden_states(x)[:, 1:]                                               # (b, P', H)
             states.append(h.flatten(1).numpy())
             pooled.append(h.mean(dim=1).numpy())
-    return {"raw": rows.reshape(n, -1), "quantized": quantized.reshape(n, -1).astype(np.float32),
-            "raw-mean": rows.mean(axis=1), "sub-embeddings": np.concatenate(subs),
-            "states": np.concatenate(states), "pqbert": np.concatenate(pooled)}
+    reps = {"raw": rows.reshape(n, -1), "quantized": quantized.reshape(n, -1).astype(np.float32),
+            "raw-mean": rows.mean(axis=1), "states": np.concatenate(states), "pqbert": np.concatenate(pooled)}
+    if subs:
+        reps["sub-embeddings"] = np.concatenate(subs)
+    return reps
 
 
 def add_slots(reps: dict, sizes) -> None:
