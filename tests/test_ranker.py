@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES
 from test_downstream import varied_programs
+from test_guidance import CountingEngine
 
 import behavioral_pq as bpq
 from behavioral_pq.artifacts import encoder_identity, seal
@@ -37,25 +38,6 @@ A_COPY = ("-gvn", "-gvn")        # measured as a copy of A: the same gain on eve
 #: A pool small enough to measure in a blink, with -Oz chains (a prefix tree) and plain passes.
 TINY_POOL = [A, B, C, (OZ, "-slp-vectorizer"), (OZ, "-slp-vectorizer", OZ), ("-mem2reg", "-gvn", "-dce"),
              ("-inline", "-sroa", "-early-cse"), (OZ, OZ)]
-
-
-class CountingEngine:
-    """Wraps an engine and counts the pipelines it runs."""
-
-    def __init__(self, engine):
-        self.engine = engine
-        self.pipelines = 0
-
-    def autophase_tree(self, roots, parents, edges, **kw):
-        self.pipelines += len(edges)
-        return self.engine.autophase_tree(roots, parents, edges, **kw)
-
-    def run_pipeline(self, *a, **kw):
-        self.pipelines += 1
-        return self.engine.run_pipeline(*a, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
 
 
 def test_pool_holds_generic_pipelines_oz_suffixes_and_library_pipelines_once_and_never_oz_alone():

@@ -1,5 +1,5 @@
-"""``bpq ranker measure|deepen|fit|show``: a learned ranker over pass pipelines (issue 43), its training data, and what it
-would try first; ``bpq optimize --auto --ranker DIR`` spends the budget on its picks."""
+"""``bpq ranker measure|deepen|fit|show``: a learned ranker over pass pipelines (issue 43), its training data,
+and what it would try first; ``bpq optimize --auto --ranker DIR`` spends the budget on its picks."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ measure runs every pipeline of the pool (the generic pipelines, the library's co
 pipelines, -Oz followed by each catalog pass, random edits of the coreset: about 470) on each module of the split
 and appends the rows to DATA as it goes: a killed run resumes, and another --seed or --programs adds modules to
 the same rows. deepen searches some of those modules deeply (the no-module ranking, then local search), adds
-their winners to the pool and writes the rows over the larger pool to a new folder (old columns copied). fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
+their winners to the pool and writes the rows over the larger pool to a new folder (old columns copied).
+fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
 the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
 """
 

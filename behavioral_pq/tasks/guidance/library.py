@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -26,7 +27,7 @@ from behavioral_pq.artifacts import (
     seal,
     versions,
 )
-from behavioral_pq.core.catalog import BASELINES, OZ_LIKE_ORDER, get_pass
+from behavioral_pq.core.catalog import BASELINES, OZ_LIKE_ORDER, PASSES, get_pass
 from behavioral_pq.embedding.encoder import load_encoder, shipped
 from behavioral_pq.errors import BPQError, LibraryError
 
@@ -46,6 +47,24 @@ Steps = Tuple[str, ...]
 #: IC_Oz / IC of 1.006, 1.044, 1.051 and 1.051.
 GENERIC: Tuple[Steps, ...] = ((OZ, OZ), OZ_LIKE_ORDER, OZ_LIKE_ORDER * 2, (OZ,) + OZ_LIKE_ORDER)
 
+
+
+def mutate_steps(steps: Steps, rng: random.Random, vocabulary: Sequence[str] = ()) -> Steps:
+    """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time when one is given,
+    else any catalog pass), or delete one. Whole-pipeline steps (-Oz, -Os) are never removed or replaced."""
+    flag = rng.choice(vocabulary) if vocabulary and rng.random() < 0.5 else rng.choice(PASSES).flag
+    op = rng.choice(("append", "insert", "replace", "delete"))
+    s = list(steps)
+    movable = [i for i, x in enumerate(s) if x.lstrip("-") not in BASELINES]
+    if op == "append" or not movable:
+        s.append(flag)
+    elif op == "insert":
+        s.insert(rng.randrange(len(s) + 1), flag)
+    elif op == "replace":
+        s[rng.choice(movable)] = flag
+    elif len(s) > 1:
+        del s[rng.choice(movable)]
+    return tuple(s)
 
 
 def describe_steps(steps: Steps) -> str:

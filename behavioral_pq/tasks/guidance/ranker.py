@@ -45,13 +45,20 @@ from behavioral_pq.artifacts import (
     seal,
     versions,
 )
-from behavioral_pq.core.catalog import BASELINES, PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.embedding.encoder import shipped
 from behavioral_pq.errors import BPQError, RankerError
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
-from behavioral_pq.tasks.guidance.library import GENERIC, OZ, ProgramLibrary, Steps, decode_steps, encode_steps
+from behavioral_pq.tasks.guidance.library import (
+    GENERIC,
+    OZ,
+    ProgramLibrary,
+    Steps,
+    decode_steps,
+    encode_steps,
+    mutate_steps,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,24 +82,6 @@ SCENARIOS = 512
 LIBRARY_BEST = 200
 #: Random edits of each coreset pipeline added to the pool.
 MUTATIONS_PER_CORESET = 2
-
-
-def mutate(steps: Steps, rng: random.Random) -> Steps:
-    """One random edit of a pipeline: append, insert or replace a catalog pass, or delete one (whole-pipeline
-    steps such as -Oz are kept)."""
-    flag = rng.choice(PASSES).flag
-    op = rng.choice(("append", "insert", "replace", "delete"))
-    s = list(steps)
-    movable = [i for i, x in enumerate(s) if x.lstrip("-") not in BASELINES]
-    if op == "append" or not movable:
-        s.append(flag)
-    elif op == "insert":
-        s.insert(rng.randrange(len(s) + 1), flag)
-    elif op == "replace":
-        s[rng.choice(movable)] = flag
-    elif len(s) > 1:
-        del s[rng.choice(movable)]
-    return tuple(s)
 
 
 def ranker_pool(library: Optional[ProgramLibrary] = None, *, library_best: int = LIBRARY_BEST,
@@ -121,7 +110,7 @@ def ranker_pool(library: Optional[ProgramLibrary] = None, *, library_best: int =
     rng = random.Random(seed)
     for steps in coreset:
         for _ in range(mutations):
-            pool.setdefault(mutate(steps, rng))
+            pool.setdefault(mutate_steps(steps, rng))
     pool.pop((OZ,), None)
     return list(pool)
 
@@ -547,8 +536,3 @@ def default_ranker() -> PipelineRanker:
     if DEFAULT_RANKER not in _ranker_cache:
         _ranker_cache[DEFAULT_RANKER] = load_ranker(shipped(DEFAULT_RANKER))
     return _ranker_cache[DEFAULT_RANKER]
-
-
-def pipelines_text(pool: Sequence[Steps]) -> str:
-    """The pool as new-PM pipeline strings, one per line (for people)."""
-    return "".join(steps_pipeline(s) + "\n" for s in pool)

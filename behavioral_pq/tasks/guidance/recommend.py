@@ -12,7 +12,6 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from behavioral_pq.core.catalog import BASELINES, PASSES
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import autophase
 from behavioral_pq.core.module import Module, load_module
@@ -22,7 +21,7 @@ from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
 from behavioral_pq.embedding.sampling import SAMPLE_BUDGET
 from behavioral_pq.embedding.spectrum import spectra
 from behavioral_pq.errors import DeadlineError
-from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library
+from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library, mutate_steps
 from behavioral_pq.tasks.guidance.ranker import check_ranker, default_ranker, load_ranker, representation_rows
 from behavioral_pq.tasks.guidance.trials import (
     ProgressCallback,
@@ -49,24 +48,6 @@ EMBEDDING_CUT = 0.7
 #: With a ranker, the share of the budget spent on its picks (the rest: local search around the best found).
 RANKED_SHARE = 0.6
 
-def _mutate(steps: Steps, rng: random.Random, vocabulary: Sequence[str]) -> Steps:
-    """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time, else any), or delete one.
-    Whole-pipeline steps (-Oz, -Os) are never removed or replaced."""
-    flag = rng.choice(vocabulary) if vocabulary and rng.random() < 0.5 else rng.choice(PASSES).flag
-    op = rng.choice(("append", "insert", "replace", "delete"))
-    s = list(steps)
-    movable = [i for i, x in enumerate(s) if x.lstrip("-") not in BASELINES]
-    if op == "append" or not movable:
-        s.append(flag)
-    elif op == "insert":
-        s.insert(rng.randrange(len(s) + 1), flag)
-    elif op == "replace":
-        s[rng.choice(movable)] = flag
-    elif len(s) > 1:
-        del s[rng.choice(movable)]
-    return tuple(s)
-
-
 def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: Sequence[str],
                   batch: int = 4, deadline: Optional[float] = None) -> None:
     """Spend what is left of the budget on random edits of the best pipeline so far (``start`` while -Oz leads),
@@ -76,10 +57,22 @@ def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: 
         best = trials.best()[0]
         base = start if best == (OZ,) else best
         before = trials.compilations
-        if not trials.run([_mutate(base, rng, vocabulary) for _ in range(min(trials.left, batch))], "local search",
+        if not trials.run([mutate_steps(base, rng, vocabulary) for _ in range(min(trials.left, batch))], "local search",
                           deadline=deadline):
             return
         stalls = stalls + 1 if trials.compilations == before else 0
+
+
+def _try_then_search_locally(trials: Trials, candidates: List[Steps], origin: str, seed: int,
+                             end: Optional[float], notes: List[str]) -> None:
+    """Measure ``candidates`` (from ``origin``), then spend the rest of the budget on a local search around the
+    best found, with their passes as its vocabulary, until ``end``; note when the time bound ended it early."""
+    trials.run(candidates, origin, deadline=end)
+    vocabulary = sorted({x for s in candidates for x in s if x != OZ})
+    rng = random.Random(f"{seed}:{trials.module.sha256}")
+    _local_search(trials, candidates[0] if candidates else (OZ,), rng, vocabulary, deadline=end)
+    if end is not None and trials.left > 0 and time.monotonic() >= end and not notes:
+        notes.append(f"the time bound ended the search after {trials.compilations} of {trials.budget} compilations")
 
 
 def embedding_seconds(trials: Trials, sample_above: Optional[int] = SAMPLE_ABOVE) -> float:
@@ -169,10 +162,10 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             its pool replaces the library's retrieval. Default: the shipped ranker
             (:func:`~behavioral_pq.tasks.guidance.ranker.default_ranker`) for the ir-count objective when no
             ``library``, ``embedding``, ``neighbor_indices`` or ``learn`` asks for the library's retrieval;
-            ``False``: the library's retrieval (the shipped library when ``library`` is None). the first ``max(1, round(budget * ranked_share))``
-            candidates are its picks (all of the budget when it is 1 or 2), the rest a local search around the
-            best found. A ranker that reads the embedding or the spectrum runs the probes (skipped or cut under
-            ``seconds`` as above, its no-module ranking then standing in).
+            ``False``: the library's retrieval (the shipped library when ``library`` is None). The first
+            ``max(1, round(budget * ranked_share))`` candidates are its picks (all of the budget when it is 1 or
+            2), the rest a local search around the best found. A ranker that reads the embedding or the spectrum
+            runs the probes (skipped or cut under ``seconds`` as above, its no-module ranking then standing in).
 
     Returns:
         a :class:`Recommendation`; ``recommendation.pipeline`` can be given to :func:`optimize`.
@@ -265,12 +258,7 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
         trials.run([SIZE_SEEDS], "-Os", deadline=end)
     retrieve = budget if budget <= 2 else max(1, int(round(budget * retrieval_share)))
     retrieved = retrieval_order(ranked, coreset, retrieve, coreset_share)
-    trials.run(retrieved, "library", deadline=end)
-    vocabulary = sorted({x for s in retrieved for x in s if x != OZ})
-    rng = random.Random(f"{seed}:{module.sha256}")
-    _local_search(trials, retrieved[0] if retrieved else (OZ,), rng, vocabulary, deadline=end)
-    if end is not None and trials.left > 0 and time.monotonic() >= end and not notes:
-        notes.append(f"the time bound ended the search after {trials.compilations} of {budget} compilations")
+    _try_then_search_locally(trials, retrieved, "library", seed, end, notes)
     if learn and embedding is not None and library is not None:
         library.learn(module.sha256, embedding, trials.measured(), name=module.name,
                       instruction_count=module.instruction_count, oz_count=trials.oz_count)
@@ -325,12 +313,7 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
                              "module input stood in")
     picks = budget if budget <= 2 else max(1, int(round(budget * ranked_share)))
     chosen = ranker.choose(row, picks)
-    trials.run(chosen, "ranker", deadline=end)
-    vocabulary = sorted({x for s in chosen for x in s if x != OZ})
-    rng = random.Random(f"{seed}:{module.sha256}")
-    _local_search(trials, chosen[0] if chosen else (OZ,), rng, vocabulary, deadline=end)
-    if end is not None and trials.left > 0 and time.monotonic() >= end and not notes:
-        notes.append(f"the time bound ended the search after {trials.compilations} of {budget} compilations")
+    _try_then_search_locally(trials, chosen, "ranker", seed, end, notes)
     found = recommendation_from(trials, start, probe_compilations=probe_compilations, notes=tuple(notes))
     return found, trials
 
