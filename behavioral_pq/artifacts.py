@@ -256,17 +256,30 @@ def versions() -> dict:
 
 
 def encoder_identity(encoder) -> dict:
-    """What ties a predictor or library to an encoder: its name, the weights' sha256 and the probe-set hash."""
+    """What ties a predictor or library to an encoder: its name, the weights' sha256, the probe-set hash and the
+    pooling (the same weights give other embeddings under another pooling)."""
     return {"name": Path(encoder.path).name if encoder.path else None,
             "model_sha256": encoder.config.get("files", {}).get("model.safetensors"),
-            "probe_set_hash": encoder.probe_set.hash}
+            "probe_set_hash": encoder.probe_set.hash, "pooling": encoder.pooling}
+
+
+def with_pooling_of(encoder, wanted: dict):
+    """``encoder``, or the same checkpoint under the pooling an artifact was made with (``wanted``: its saved
+    encoder identity; one saved before poolings were recorded was made with "mean")."""
+    pooling = wanted.get("pooling", "mean")
+    if encoder.pooling == pooling or encoder.path is None or encoder.fine_tuned:
+        return encoder              # (a fine-tuned copy is not reloaded: check_encoder then names the mismatch)
+    from behavioral_pq.embedding.encoder import load_encoder
+
+    return load_encoder(encoder.path, pooling=pooling)
 
 
 def check_encoder(path: PathLike, wanted: dict, encoder, error: Type[Exception], hint: str,
                   verb: str = "built") -> None:
     """Refuse an artifact at ``path`` made on another encoder than ``encoder`` (``wanted``: its saved identity)."""
     mine = encoder_identity(encoder)
-    for key in ("model_sha256", "probe_set_hash"):
+    wanted = {"pooling": "mean", **wanted}
+    for key in ("model_sha256", "probe_set_hash", "pooling"):
         if mine[key] != wanted.get(key):
             raise error(f"{path}: {verb} on encoder {wanted.get('name')!r} ({key} {str(wanted.get(key))[:12]}), "
                         f"given {mine['name']!r} ({key} {str(mine[key])[:12]}); {hint}")

@@ -350,6 +350,26 @@ def test_fine_tuned_predictor_trains_the_encoder_saves_it_and_predicts_with_it(w
         load_predictor(tmp_path / "tuned", encoder=load_encoder(world["kmeans"]))
 
 
+def test_a_mean_size_encoder_fine_tunes_its_states_and_keeps_its_readout(world, tmp_path):
+    """Under "mean+size" pooling fine-tuning moves the pooled states and leaves the appended instruction-count
+    reactions as measured; the predictor reloads its encoder under that pooling whatever encoder it is given."""
+    sized = load_encoder(world["encoder"].path, pooling="mean+size")
+    hidden = sized.model.config.hidden_size
+    train_predictor("oz-benefit", world["store"], tmp_path / "tuned", encoder=sized, settings=FAST,
+                    fine_tune=FineTuneSettings(max_epochs=2, patience=2, batch_size=16))
+    tuned = load_predictor(tmp_path / "tuned", encoder=world["encoder"])            # given under "mean"
+    assert tuned.encoder.pooling == "mean+size" and tuned.encoder.fine_tuned
+    assert tuned.config["representation"] == "pqbert-mean+size-fine-tuned"
+    valid = module_items(world["store"], world["probes"]).split("valid")
+    tuned_x, base_x = embeddings(valid, tuned.encoder), embeddings(valid, sized)
+    assert tuned_x.shape == (len(valid), sized.dim) and sized.dim > hidden
+    assert np.abs(tuned_x[:, :hidden] - base_x[:, :hidden]).max() > 1e-4           # the states moved
+    assert np.array_equal(tuned_x[:, hidden:], base_x[:, hidden:])                 # the readout did not
+    value = bpq.predict_oz_benefit(EXAMPLES / "matmul.c", predictor=tuned)
+    assert value == pytest.approx(float(tuned.estimator.predict(tuned.encoder.embed(EXAMPLES / "matmul.c")[None])[0]),
+                                  abs=1e-6)
+
+
 def test_a_spectrum_encoder_fine_tunes_through_its_rows_and_predicts_with_them(world, tmp_path):
     """A fine-tuned predictor on an encoder of input_kind "spectrum" trains on the reaction rows (no codes) and the
     public API embeds with the tuned weights."""

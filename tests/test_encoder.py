@@ -500,7 +500,13 @@ def test_code_input_checkpoints_embed_as_before():
         original = rng.integers(0, 400, size=(3, 56))
         vectors = encoder.embed_spectra(spectra, original)
         assert vectors[0, :4].tolist() == pytest.approx(first, abs=1e-6)
-        assert np.array_equal(vectors, encoder.embed_codes(encoder.spectra_codes(spectra, original)))
+        rows = encoder.reaction_rows(spectra, original)
+        assert np.array_equal(vectors, encoder.embed_inputs(encoder.codes(rows), rows=rows))
+        hidden = encoder.model.config.hidden_size
+        if encoder.reads_size:              # the shipped default: the states' mean, then the rows' size reactions
+            assert np.array_equal(vectors[:, hidden:], encoder.readout(rows)) and encoder.dim == hidden + 50
+        else:
+            assert np.array_equal(vectors, encoder.embed_codes(encoder.spectra_codes(spectra, original)))
 
 
 @pytest.mark.slow
@@ -626,6 +632,30 @@ def test_embed_is_deterministic_and_embed_many_stacks_embed(tiny_checkpoint):
     assert not np.allclose(one[0], one[1])
     cls = load_encoder(path, pooling="cls").embed(modules[0])
     assert cls.shape == (64,) and not np.allclose(cls, one[0])
+
+
+def test_mean_size_pooling_appends_each_probes_size_reactions(tiny_checkpoint):
+    path, _ = tiny_checkpoint
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES, autophase
+    from behavioral_pq.core.passes import optimize
+
+    mean, sized = load_encoder(path), load_encoder(path, pooling="mean+size")
+    module = bpq.load_module(sorted(EXAMPLES.glob("*.c"))[0])
+    assert sized.dim == 64 + 2 * 16 and sized.model_pooling == "mean"
+    e = sized.embed(module)
+    assert e.shape == (96,) and e.dtype == np.float32
+    assert np.array_equal(e[:64], mean.embed(module))
+    # the tail, measured here without the spectrum code: log1p of the instruction and memory-instruction counts
+    # after each probe, relative to the module's, probe by probe
+    features = [AUTOPHASE_FEATURES.index("TotalInsts"), AUTOPHASE_FEATURES.index("TotalMemInst")]
+    before = autophase(module)[features]
+    after = np.array([autophase(optimize(module, list(seq)))[features] for seq in sized.probe_set.sequences])
+    assert np.allclose(e[64:], (np.log1p(after) - np.log1p(before)).ravel(), atol=1e-5)
+    assert (e[64::2] < 0).any() and (e[65::2] < 0).any()    # the probes shrink this module: not all zeros
+    assert np.array_equal(sized.embed_many([module]), e[None])
+    codes = sized.codes(np.zeros((1, 16, 56), np.float32))
+    with pytest.raises(ValueError, match="mean\\+size.*rows"):
+        sized.embed_codes(codes)
 
 
 def test_embed_many_keeps_going_past_a_bad_module(tiny_checkpoint, tmp_path):

@@ -1,6 +1,7 @@
 """Pipeline guidance: the program library, recommend_pipeline, its baselines, budgets, -Oz fallback, semantics, CLI."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from conftest import EXAMPLES
 from test_downstream import varied_programs
 
 import behavioral_pq as bpq
-from behavioral_pq.artifacts import encoder_identity, seal
+from behavioral_pq.artifacts import check_encoder, encoder_identity, seal, with_pooling_of
 from behavioral_pq.corpus import build_corpus, discover, split_corpus
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
@@ -99,6 +100,25 @@ def test_library_refuses_missing_corrupt_and_foreign_folders(lib_world, tmp_path
     (tmp_path / "foreign" / "library.json").write_text(json.dumps(seal(config)))  # a genuine library of another encoder
     with pytest.raises(LibraryError, match="built on encoder"):
         load_library(tmp_path / "foreign", encoder=lib_world["encoder"])
+
+
+def test_a_library_is_queried_under_the_pooling_it_was_built_with(lib_world, engine, examples):
+    """The same weights under another pooling give other embeddings: the library reloads the encoder it is given
+    under its own pooling (and one saved before poolings were recorded counts as "mean")."""
+    built = lib_world["encoder"]
+    other = load_encoder(built.path, pooling="cls" if built.pooling != "cls" else "mean")
+    assert load_library(lib_world["root"] / "library", encoder=other).dim == built.dim
+    module = next(iter(examples.values()))
+    found = recommend_pipeline(module, 4, library=lib_world["library"], encoder=other, engine=engine)
+    again = recommend_pipeline(module, 4, library=lib_world["library"], encoder=built, engine=engine)
+    assert found.neighbors == again.neighbors and found.pipeline == again.pipeline
+    identity = encoder_identity(built)
+    with pytest.raises(LibraryError, match="pooling"):
+        check_encoder("lib", identity, other, LibraryError, "rebuild it")
+    old = {k: v for k, v in identity.items() if k != "pooling"}
+    assert with_pooling_of(other, old).pooling == "mean"
+    with pytest.raises(LibraryError, match=re.escape(f"under pooling '{built.pooling}'")):
+        lib_world["library"].neighbors(np.zeros(built.dim + 2, np.float32), 3)
 
 
 def test_recommendation_is_reproducible_by_an_independent_run_and_never_worse_than_oz(lib_world, engine, examples):

@@ -38,19 +38,21 @@ def _tensor(model, inputs: np.ndarray):
     return torch.from_numpy(inputs.astype(np.float32 if model.config.input_kind == "spectrum" else np.int64))
 
 
-def _embed(model, codes: np.ndarray, pooling: str, batch_size: int = 256):
-    """float32 (N, D) tensor of the model's embeddings of codes uint8 (N, P, M) (or rows, see fine_tune), in
-    eval mode."""
+def _embed(model, codes: np.ndarray, pooling: str, extra: np.ndarray, batch_size: int = 256):
+    """float32 (N, D) tensor of the model's embeddings of codes uint8 (N, P, M) (or rows, see fine_tune), followed
+    by ``extra`` float32 (N, E), in eval mode."""
     import torch
 
     model.eval()
     with torch.inference_mode():
-        return torch.cat([model.embed(_tensor(model, codes[i:i + batch_size]), pooling)
-                          for i in range(0, len(codes), batch_size)]) if len(codes) else torch.zeros(0)
+        pooled = torch.cat([model.embed(_tensor(model, codes[i:i + batch_size]), pooling)
+                            for i in range(0, len(codes), batch_size)]) if len(codes) else torch.zeros(0)
+    return torch.cat([pooled, torch.from_numpy(extra)], dim=1) if len(codes) else pooled
 
 
 def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np.ndarray] = None, y_valid=None,
-              settings: FineTuneSettings = FineTuneSettings(), progress: Optional[Callable[[str], None]] = None):
+              settings: FineTuneSettings = FineTuneSettings(), progress: Optional[Callable[[str], None]] = None,
+              extra: Optional[np.ndarray] = None, valid_extra: Optional[np.ndarray] = None):
     """Fit ``estimator`` (a new BestPassClassifier or OzBenefitRegressor) together with a copy of ``encoder``'s PQ-BERT.
 
     Args:
@@ -59,6 +61,8 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
             estimator's ``fit`` takes them (label sets, or fractions).
         valid_codes, y_valid: early-stopping items; None holds out a seeded 10% of the training items.
         progress: called with one line per epoch.
+        extra, valid_extra: what the encoder's pooling appends to the pooled states (``encoder.readout`` of the
+            items' reaction rows, float32 (N, E)); needed when it appends something ("mean+size"), not tuned.
     Returns:
         (estimator, model): the fitted estimator, whose ``best_epoch_`` and ``history_`` are set, and the tuned
         PQ-BERT (eval mode); the encoder given is left unchanged.
@@ -71,14 +75,19 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
         raise ValueError(f"codes must have shape (N, P, M) (or rows (N, P, 56)), got {codes.shape}")
     if len(codes) != len(y):
         raise ValueError(f"{len(codes)} items of codes for {len(y)} targets")
+    width = encoder.dim - encoder.model.config.hidden_size          # what the pooling appends
+    extra = _extra(extra, len(codes), width, "extra")
     rng = np.random.default_rng(head_settings.seed)
     if valid_codes is None:
         order = rng.permutation(len(codes))
         cut = max(1, len(codes) // 10)
-        valid_codes, y_valid = codes[order[:cut]], [y[i] for i in order[:cut]]
-        codes, y = codes[order[cut:]], [y[i] for i in order[cut:]]
+        valid_codes, y_valid, valid_extra = codes[order[:cut]], [y[i] for i in order[:cut]], extra[order[:cut]]
+        codes, y, extra = codes[order[cut:]], [y[i] for i in order[cut:]], extra[order[cut:]]
+    else:
+        valid_extra = _extra(valid_extra, len(valid_codes), width, "valid_extra")
+    pooling = encoder.model_pooling
     model = copy.deepcopy(encoder.model).float()
-    start = _embed(model, codes, encoder.pooling).numpy()
+    start = _embed(model, codes, pooling, extra).numpy()
     mean, scale = standard_scale(start)
     estimator.mean_, estimator.scale_ = mean, scale.astype(np.float32)
     torch.manual_seed(head_settings.seed)
@@ -101,13 +110,14 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
         total = 0.0
         for batch in torch.randperm(len(codes), generator=generator).split(settings.batch_size):
             x = _tensor(model, codes[batch.numpy()])                                        # (b, P, M)
-            output = estimator.net_((model.embed(x, encoder.pooling) - mean_t) / scale_t)
+            pooled = torch.cat([model.embed(x, pooling), torch.from_numpy(extra[batch.numpy()])], dim=1)
+            output = estimator.net_((pooled - mean_t) / scale_t)
             loss = estimator._loss(output, targets[batch])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             total += float(loss.detach()) * len(batch)
-        score = estimator._validation_score(_embed(model, valid_codes, encoder.pooling).numpy(), y_valid)
+        score = estimator._validation_score(_embed(model, valid_codes, pooling, valid_extra).numpy(), y_valid)
         estimator.history_.append({"epoch": epoch, "train_loss": total / len(codes), "valid_score": score})
         if progress:
             progress(f"epoch {epoch}: train loss {total / len(codes):.4f}, valid score {score:.4f}")
@@ -123,6 +133,19 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
     model.eval()
     estimator.net_.eval()
     return estimator, model
+
+
+def _extra(extra: Optional[np.ndarray], n: int, width: int, name: str) -> np.ndarray:
+    """``extra`` checked against ``n`` items and the ``width`` the encoder's pooling appends: float32 (n, width)."""
+    if extra is None:
+        if width:
+            raise ValueError(f"this encoder's pooling appends {width} values to the pooled states: pass {name} "
+                             "(encoder.readout of the items' reaction rows)")
+        return np.zeros((n, 0), np.float32)
+    extra = np.asarray(extra, dtype=np.float32)
+    if extra.shape != (n, width):
+        raise ValueError(f"{name} must have shape ({n}, {width}), got {extra.shape}")
+    return extra
 
 
 __all__ = ["FineTuneSettings", "fine_tune"]

@@ -269,9 +269,11 @@ def train_predictor(kind: str, store: Union[str, os.PathLike], out: Union[str, o
         scored_with = encoder
     else:
         codes = lambda items: encoder.model_inputs(items.spectra, items.autophase)  # noqa: E731
+        extra = lambda items: encoder.readout(encoder.reaction_rows(items.spectra, items.autophase))  # noqa: E731
         estimator, tuned = finetune.fine_tune(estimator, encoder, codes(train), targets(train),
                                               codes(valid) if valid is not None else None, y_valid,
-                                              settings=fine_tune, progress=progress)
+                                              settings=fine_tune, progress=progress, extra=extra(train),
+                                              valid_extra=extra(valid) if valid is not None else None)
         scored_with = encoder.with_model(tuned)
     metrics: dict = {}
     if valid is not None:

@@ -26,6 +26,7 @@ from behavioral_pq.artifacts import (
     read_sealed_config,
     seal,
     versions,
+    with_pooling_of,
 )
 from behavioral_pq.core.catalog import BASELINES, OZ_LIKE_ORDER, PASSES, get_pass
 from behavioral_pq.embedding.encoder import load_encoder, shipped
@@ -182,7 +183,10 @@ class ProgramLibrary:
         """The ``k`` nearest programs of one embedding float32 (D,): (indices int64 (k,), squared distances)."""
         embedding = np.asarray(embedding, np.float32).reshape(1, -1)
         if embedding.shape[1] != self.dim:
-            raise LibraryError(f"embedding has {embedding.shape[1]} dimensions, the library {self.dim}")
+            raise LibraryError(f"embedding has {embedding.shape[1]} dimensions, the library {self.dim} (its "
+                               f"programs were embedded by {self.encoder.get('name')!r} under pooling "
+                               f"{self.encoder.get('pooling', 'mean')!r}: embed with load_encoder(pooling=...) "
+                               "set to it)")
         distances, indices = self.index.search(self._standardized(embedding), min(k, len(self)))
         keep = indices[0] >= 0
         return indices[0][keep].astype(np.int64), distances[0][keep]
@@ -333,8 +337,8 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
     config = read_sealed_config(path / "library.json", format=FORMAT, version=FORMAT_VERSION,
                                 error=LibraryError, what="a program library", limit=LISTING_LIMIT)
     check_files(path, config, LibraryError)
-    encoder = encoder or load_encoder()
     wanted = config.get("encoder", {})
+    encoder = with_pooling_of(encoder or load_encoder(), wanted)
     check_encoder(path, wanted, encoder, LibraryError,
                   "rebuild it (bpq library build) or pass the encoder it was built on")
     try:

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from behavioral_pq.artifacts import with_pooling_of
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import autophase
 from behavioral_pq.core.module import Module, load_module
@@ -234,7 +235,7 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
                          "neighbors' pipelines")
             neighbor_indices = []
         else:
-            encoder = encoder or load_encoder()
+            encoder = with_pooling_of(encoder or load_encoder(), library.encoder)   # the library's embeddings
             trials.report("embedding")
             watch = (lambda done, total: trials.report("embedding", done, total)) if report else bool(progress)
             cut = None if end is None else time.monotonic() + EMBEDDING_CUT * (end - time.monotonic())
@@ -294,6 +295,8 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
                          "stood in")
         else:
             encoder = encoder or load_encoder()
+            if ranker.representation == "embedding":
+                encoder = with_pooling_of(encoder, ranker.identity)
             check_ranker(ranker, encoder)
             trials.report("embedding")
             watch = (lambda done, total: trials.report("embedding", done, total)) if report else bool(progress)
