@@ -107,8 +107,10 @@ def main():
                                                  / results["embed_many_1_workers"]["modules_per_s"], 2)
 
     # 3. encoder throughput: per-module forward (what embed does) vs batches of 64
-    codes = np.random.default_rng(0).integers(0, 256, size=(256, encoder.probe_set.num_probes, 8)).astype(np.uint8)
-    per_module = timed(lambda: encoder.embed_codes(codes), 3)
+    shape = (256, encoder.model.config.num_probes, encoder.model.config.num_subspaces)
+    codes = np.random.default_rng(0).integers(0, 256, size=shape).astype(np.uint8)
+    rows = np.zeros(shape[:2] + (56,), np.float32)          # what a "mean+size" pooling reads its tail from
+    per_module = timed(lambda: encoder.embed_inputs(codes, rows=rows), 3)
     with torch.inference_mode():
         x = torch.from_numpy(codes.astype(np.int64))
         batched = timed(lambda: [encoder.model.embed(x[i:i + 64]) for i in range(0, len(x), 64)], 3)

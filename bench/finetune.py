@@ -50,6 +50,8 @@ def main() -> int:
     kinds = Corpus(args.store).program_kinds()
     y = np.asarray(items.oz_benefit(), np.float64)
     codes = encoder.model_inputs(items.spectra, items.autophase)
+    rows = encoder.reaction_rows(items.spectra, items.autophase)
+    extra = encoder.readout(rows)                   # what the pooling appends (the "mean+size" tail), not tuned
     X = embeddings(items, encoder)
     masks = slices([kinds.get(h, "small") for h in np.array(items.ids)[test]], items.instruction_count[test])
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -62,8 +64,10 @@ def main() -> int:
         frozen_seconds = time.perf_counter() - start
         start = time.perf_counter()
         head, model = fine_tune(OzBenefitRegressor(TrainSettings(seed=seed)), encoder, codes[train], y[train],
-                                codes[valid], y[valid], FineTuneSettings(max_epochs=args.max_epochs))
-        predictions["fine-tuned"] = head.predict(encoder.with_model(model).embed_codes(codes[test], 256))
+                                codes[valid], y[valid], FineTuneSettings(max_epochs=args.max_epochs),
+                                extra=extra[train], valid_extra=extra[valid])
+        tuned = encoder.with_model(model)
+        predictions["fine-tuned"] = head.predict(tuned.embed_inputs(codes[test], 256, rows=rows[test]))
         log.append({"seed": seed, "frozen_seconds": frozen_seconds, "fine_tune_seconds": time.perf_counter() - start,
                     "fine_tune_epochs": len(head.history_), "fine_tune_best_epoch": head.best_epoch_,
                     "frozen_best_epoch": frozen.best_epoch_})

@@ -1,0 +1,126 @@
+"""Which reactions the embedding should carry next to its pooled states: the choice of pooling ``mean+size``.
+
+    python bench/size_tail.py STORE --states DIR [--score-split valid|test] [--seeds 0,1,2] [--max-epochs 60]
+                              [--out bench/results]
+
+On the shipped encoder's rows (its probe set and reaction), the same MLP heads as ``bpq evaluate`` (train on
+train, early stopping on valid, scored on test; with ``--score-split valid``: stopped on a hashed eighth of the
+train programs, scored on valid, test unread) and the linear probe (ridge / logistic, one penalty chosen by grouped
+inner cross-validation) on:
+
+- ``raw``: the rows the encoder reads, flattened: float32 (N, P' x 56);
+- ``mean``: the mean of the final states (the embedding under pooling ``mean``, N x H);
+- ``tail-ti``: the rows' log-relative instruction count alone (N, P');
+- ``mean+ti``, ``mean+ti+blocks``, ``mean+ti+mem`` (pooling ``mean+size``), ``mean+size4``: the mean followed by
+  the rows' reactions in TotalInsts; and TotalBlocks; and TotalMemInst; and all four of TotalInsts, TotalBlocks,
+  TotalFuncs, TotalMemInst.
+
+Scores: -Oz benefit MAE (points) on the split's modules, and best next pass Top-1 on its states. Writes
+``size-tail-<split>.json`` and prints a Markdown table.
+"""
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+TAILS = {"ti": ("TotalInsts",), "ti+blocks": ("TotalInsts", "TotalBlocks"), "ti+mem": ("TotalInsts", "TotalMemInst"),
+         "size4": ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst")}
+
+
+def representations(items, encoder) -> dict:
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES
+
+    rows = encoder.reaction_rows(items.spectra, items.autophase)                            # (N, P', 56)
+    mean = load_mean(encoder).embed_spectra(items.spectra, items.autophase, 256)            # (N, H)
+    tail = {name: rows[:, :, [AUTOPHASE_FEATURES.index(f) for f in features]].reshape(len(rows), -1)
+            for name, features in TAILS.items()}
+    reps = {"raw": rows.reshape(len(rows), -1), "mean": mean, "tail-ti": tail["ti"]}
+    for name, values in tail.items():
+        reps[f"mean+{name}"] = np.hstack([mean, values])
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in reps.items()}
+
+
+_mean = {}
+
+
+def load_mean(encoder):
+    from behavioral_pq.embedding.encoder import load_encoder
+
+    if "mean" not in _mean:
+        _mean["mean"] = load_encoder(encoder.path, pooling="mean")
+    return _mean["mean"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("store")
+    parser.add_argument("--states", metavar="DIR", required=True)
+    parser.add_argument("--checkpoint", help="encoder (default: the shipped one)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--max-epochs", type=int, default=60)
+    parser.add_argument("--score-split", choices=("test", "valid"), default="valid")
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+
+    from behavioral_pq.corpus import Corpus
+    from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.reports.downstream import _fit_rows, head_parts
+    from behavioral_pq.tasks.datasets import module_items, state_items
+    from behavioral_pq.tasks.estimators import (BestPassClassifier, LinearBestPassProbe, LinearOzProbe,
+                                                OzBenefitRegressor, TrainSettings, top_k_accuracy)
+
+    encoder = load_encoder(args.checkpoint)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    settings = TrainSettings(max_epochs=args.max_epochs)
+    kind_of = Corpus(args.store).program_kinds()
+    result = {"store": str(Path(args.store).resolve()), "states": str(Path(args.states).resolve()),
+              "encoder": str(encoder.path), "seeds": seeds, "score_split": args.score_split,
+              "oz": {}, "states_top1": {}}
+
+    parts = head_parts(module_items(args.store, encoder.probe_set), kind_of, score_split=args.score_split)
+    X = {split: representations(part, encoder) for split, part in parts.items()}
+    y = {split: part.oz_benefit() for split, part in parts.items()}
+    groups = {split: list(part.groups) for split, part in parts.items()}
+    for name in X["test"]:
+        x = {split: X[split][name] for split in X}
+        mlp = [OzBenefitRegressor(replace(settings, seed=seed)).fit(x["train"], y["train"], x["valid"], y["valid"])
+               .score(x["test"], y["test"]) for seed in seeds]
+        linear = LinearOzProbe().fit(*_fit_rows(x, y, groups)).score(x["test"], y["test"])
+        result["oz"][name] = {"dims": int(x["test"].shape[1]), "mlp": mlp, "linear": linear}
+        print(f"oz {name}: MLP {np.mean(mlp):.2f} ± {np.std(mlp):.2f}, linear {linear:.2f}", file=sys.stderr)
+
+    sparts = head_parts(state_items(args.states), kind_of, score_split=args.score_split)
+    X = {split: representations(part, encoder) for split, part in sparts.items()}
+    y = {split: part.next_pass_sets() for split, part in sparts.items()}
+    groups = {split: list(part.groups) for split, part in sparts.items()}
+    for name in X["test"]:
+        x = {split: X[split][name] for split in X}
+        mlp = []
+        for seed in seeds:
+            model = BestPassClassifier(replace(settings, seed=seed), num_classes=125)
+            model.fit(x["train"], y["train"], x["valid"], y["valid"])
+            mlp.append(top_k_accuracy(model.predict_proba(x["test"]), y["test"], 1) * 100)
+        linear = LinearBestPassProbe(125).fit(*_fit_rows(x, y, groups)).score(x["test"], y["test"]) * 100
+        result["states_top1"][name] = {"mlp": mlp, "linear": linear}
+        print(f"states {name}: MLP {np.mean(mlp):.1f} ± {np.std(mlp):.1f}, linear {linear:.1f}", file=sys.stderr)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"size-tail-{args.score_split}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(f"\n| representation | dims | -Oz MAE, MLP | -Oz MAE, linear | states Top-1, MLP | states Top-1, linear |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for name, oz in result["oz"].items():
+        st = result["states_top1"][name]
+        print(f"| {name} | {oz['dims']} | {np.mean(oz['mlp']):.2f} ± {np.std(oz['mlp']):.2f} | {oz['linear']:.2f} | "
+              f"{np.mean(st['mlp']):.1f} ± {np.std(st['mlp']):.1f} | {st['linear']:.1f} |")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
