@@ -1,4 +1,4 @@
-"""Which reactions the embedding should carry next to its pooled states: the choice of pooling ``mean+size``.
+"""Which reactions the embedding should carry next to its pooled states: the choice of pooling ``mean+counts``.
 
     python bench/size_tail.py STORE --states DIR [--score-split valid|test] [--seeds 0,1,2] [--max-epochs 60]
                               [--out bench/results]
@@ -11,9 +11,11 @@ inner cross-validation) on:
 - ``raw``: the rows the encoder reads, flattened: float32 (N, P' x 56);
 - ``mean``: the mean of the final states (the embedding under pooling ``mean``, N x H);
 - ``tail-ti``: the rows' log-relative instruction count alone (N, P');
-- ``mean+ti``, ``mean+ti+blocks``, ``mean+ti+mem`` (pooling ``mean+size``), ``mean+size4``: the mean followed by
-  the rows' reactions in TotalInsts; and TotalBlocks; and TotalMemInst; and all four of TotalInsts, TotalBlocks,
-  TotalFuncs, TotalMemInst.
+- ``mean+ti``, ``mean+ti+blocks``, ``mean+ti+mem``, ``mean+size4``, ``mean+counts`` (pooling ``mean+counts``):
+  the mean followed by the rows' reactions in TotalInsts; and TotalBlocks; and TotalMemInst; in the four size
+  counts (TotalInsts, TotalBlocks, TotalFuncs, TotalMemInst); in those and NumAllocaInst, NumLoadInst,
+  NumStoreInst, NumPHIInst (``encoder.COUNT_NAMES``);
+- ``mean+raw``: the mean followed by the whole rows.
 
 Scores: -Oz benefit MAE (points) on the split's modules, and best next pass Top-1 on its states. Writes
 ``size-tail-<split>.json`` and prints a Markdown table.
@@ -28,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 TAILS = {"ti": ("TotalInsts",), "ti+blocks": ("TotalInsts", "TotalBlocks"), "ti+mem": ("TotalInsts", "TotalMemInst"),
-         "size4": ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst")}
+         "size4": ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst"),
+         "counts": ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst", "NumAllocaInst", "NumLoadInst",
+                    "NumStoreInst", "NumPHIInst")}
 
 
 def representations(items, encoder) -> dict:
@@ -41,6 +45,7 @@ def representations(items, encoder) -> dict:
     reps = {"raw": rows.reshape(len(rows), -1), "mean": mean, "tail-ti": tail["ti"]}
     for name, values in tail.items():
         reps[f"mean+{name}"] = np.hstack([mean, values])
+    reps["mean+raw"] = np.hstack([mean, reps["raw"]])
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in reps.items()}
 
 

@@ -100,7 +100,7 @@ def test_demo(tmp_path):
     assert np.load(tmp_path / "demo" / "spectra.npy").shape == (4, 24, 56)
     assert len(list((tmp_path / "demo").glob("*_spectrum.png"))) == 4
     embeddings = np.load(tmp_path / "demo" / "embeddings.npy")
-    assert embeddings.shape == (4, 224 + 2 * 25) and np.isfinite(embeddings).all()   # d_model, then the size tail
+    assert embeddings.shape == (4, 224 + 8 * 25) and np.isfinite(embeddings).all()   # d_model, then the count tail
     assert "cosine similarity" in out.stdout
 
 

@@ -503,8 +503,8 @@ def test_code_input_checkpoints_embed_as_before():
         rows = encoder.reaction_rows(spectra, original)
         assert np.array_equal(vectors, encoder.embed_inputs(encoder.codes(rows), rows=rows))
         hidden = encoder.model.config.hidden_size
-        if encoder.reads_size:              # the shipped default: the states' mean, then the rows' size reactions
-            assert np.array_equal(vectors[:, hidden:], encoder.readout(rows)) and encoder.dim == hidden + 50
+        if encoder.reads_counts:              # the shipped default: the states' mean, then the rows' count reactions
+            assert np.array_equal(vectors[:, hidden:], encoder.readout(rows)) and encoder.dim == hidden + 8 * 25
         else:
             assert np.array_equal(vectors, encoder.embed_codes(encoder.spectra_codes(spectra, original)))
 
@@ -634,27 +634,29 @@ def test_embed_is_deterministic_and_embed_many_stacks_embed(tiny_checkpoint):
     assert cls.shape == (64,) and not np.allclose(cls, one[0])
 
 
-def test_mean_size_pooling_appends_each_probes_size_reactions(tiny_checkpoint):
+def test_mean_counts_pooling_appends_each_probes_count_reactions(tiny_checkpoint):
     path, _ = tiny_checkpoint
     from behavioral_pq.core.features import AUTOPHASE_FEATURES, autophase
     from behavioral_pq.core.passes import optimize
 
-    mean, sized = load_encoder(path), load_encoder(path, pooling="mean+size")
+    mean, sized = load_encoder(path), load_encoder(path, pooling="mean+counts")
     module = bpq.load_module(sorted(EXAMPLES.glob("*.c"))[0])
-    assert sized.dim == 64 + 2 * 16 and sized.model_pooling == "mean"
+    assert sized.dim == 64 + 8 * 16 and sized.model_pooling == "mean"
     e = sized.embed(module)
-    assert e.shape == (96,) and e.dtype == np.float32
+    assert e.shape == (192,) and e.dtype == np.float32
     assert np.array_equal(e[:64], mean.embed(module))
-    # the tail, measured here without the spectrum code: log1p of the instruction and memory-instruction counts
-    # after each probe, relative to the module's, probe by probe
-    features = [AUTOPHASE_FEATURES.index("TotalInsts"), AUTOPHASE_FEATURES.index("TotalMemInst")]
+    # the tail, measured here without the spectrum code: log1p of the 8 counts after each probe, relative to the
+    # module's, probe by probe
+    names = ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst", "NumAllocaInst", "NumLoadInst",
+             "NumStoreInst", "NumPHIInst")
+    features = [AUTOPHASE_FEATURES.index(name) for name in names]
     before = autophase(module)[features]
     after = np.array([autophase(optimize(module, list(seq)))[features] for seq in sized.probe_set.sequences])
     assert np.allclose(e[64:], (np.log1p(after) - np.log1p(before)).ravel(), atol=1e-5)
-    assert (e[64::2] < 0).any() and (e[65::2] < 0).any()    # the probes shrink this module: not all zeros
+    assert (e[64::8] < 0).any() and (e[67::8] < 0).any()    # the probes shrink this module: not all zeros
     assert np.array_equal(sized.embed_many([module]), e[None])
     codes = sized.codes(np.zeros((1, 16, 56), np.float32))
-    with pytest.raises(ValueError, match="mean\\+size.*rows"):
+    with pytest.raises(ValueError, match=r"mean\+counts.*rows"):
         sized.embed_codes(codes)
 
 

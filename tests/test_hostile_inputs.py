@@ -518,7 +518,7 @@ def test_an_estimator_config_naming_a_huge_net_is_refused_before_it_is_built(tmp
     meta = json.loads((folder / "estimator.json").read_text())
     meta["settings"]["hidden"] = 1 << 40
     (folder / "estimator.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"net.0.weight: \(\d+, 224\) in the weights, \(1099511627776, 224\)"):
+    with pytest.raises(ValueError, match=r"net.0.weight: \(\d+, 424\) in the weights, \(1099511627776, 424\)"):
         BestPassClassifier.load(folder)
 
 

@@ -109,9 +109,9 @@ def add_parsers(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_program_arguments(p, several_modules=True)
     p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint folder (default: the shipped one)")
-    p.add_argument("--pooling", choices=("mean", "cls", "mean+size"),
-                   help="mean of the probe states, [CLS], or the mean followed by the instruction-count reaction "
-                        "of each probe (mean+size); default: the checkpoint's")
+    p.add_argument("--pooling", choices=("mean", "cls", "mean+counts"),
+                   help="mean of the probe states, [CLS], or the mean followed by each position's reaction in 8 "
+                        "Autophase counts (mean+counts); default: the checkpoint's")
     p.add_argument("--workers", type=int, metavar="N", help="engine worker processes for the spectra")
     p.add_argument("--exact", action="store_true", help="measure every module whole, however large (default: "
                    "modules above --sample-above instructions are measured on a sample of their functions)")

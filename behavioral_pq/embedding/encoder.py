@@ -36,12 +36,15 @@ from behavioral_pq.errors import BPQError
 
 logger = logging.getLogger(__name__)
 
-POOLINGS = ("mean", "cls", "mean+size")
-#: What ``mean+size`` pooling appends to the mean of the final states: these features' values in each reaction row
-#: the model reads (the log-relative instruction count and memory-instruction count after each probe; log1p of the
-#: module's own counts in the module row of a "log-relative+module" encoder). Chosen on the valid projects against
-#: the instruction count alone and with the block count (downstream/README.md, "Issue 42 measured").
-SIZE_FEATURES = (AUTOPHASE_FEATURES.index("TotalInsts"), AUTOPHASE_FEATURES.index("TotalMemInst"))
+POOLINGS = ("mean", "cls", "mean+counts")
+#: What ``mean+counts`` pooling appends to the mean of the final states, each in turn for every reaction row the
+#: model reads: the row's log-relative reaction in these Autophase counts (log1p of the module's own counts in the
+#: module row of a "log-relative+module" encoder): the size of the module in instructions, blocks, functions and
+#: memory instructions, and the counts the memory and SSA passes move. Chosen on the valid projects among tails of
+#: 1, 2, 4 and 8 counts and the whole rows (downstream/README.md, "Issue 42 measured"; bench/size_tail.py).
+COUNT_NAMES = ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst", "NumAllocaInst", "NumLoadInst",
+               "NumStoreInst", "NumPHIInst")
+COUNT_FEATURES = tuple(AUTOPHASE_FEATURES.index(name) for name in COUNT_NAMES)
 #: Large-module mode is on by default: above this many IR instructions a module's spectrum is measured on a
 #: function sample (behavioral_pq.embedding.sampling); pass ``sample_above=None`` for the exact spectrum.
 SAMPLE_ABOVE = LARGE_MODULE_INSTRUCTIONS
@@ -94,9 +97,8 @@ class Encoder:
         probe_set: the probe set its spectra are measured with.
         config: the checkpoint's config.json.
         pooling: "mean" (mean of the P probe states, and of the module token's for "log-relative+module"), "cls"
-            (the [CLS] state) or "mean+size" (the mean, followed by the instruction-count and memory-instruction
-            reactions of the P' rows the model reads: :data:`SIZE_FEATURES` of each row, so D = H + 2 P'). The
-            checkpoint's config names its default.
+            (the [CLS] state) or "mean+counts" (the mean, followed by the P' rows' reactions in 8 Autophase counts,
+            :data:`COUNT_NAMES`, so D = H + 8 P'). The checkpoint's config names its default.
         reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method), "absolute"
             (an ablation) or "log-relative+module" (one more token: the module's own log1p Autophase). The last
             two need the modules' original Autophase, see :meth:`embed_spectra`.
@@ -113,31 +115,31 @@ class Encoder:
 
     @property
     def dim(self) -> int:
-        """D, the embedding size: the model's hidden size H, plus 2 P' for "mean+size" pooling."""
-        return self.model.config.hidden_size + (len(SIZE_FEATURES) * self.model.config.num_probes
-                                                 if self.reads_size else 0)
+        """D, the embedding size: the model's hidden size H, plus 8 P' for "mean+counts" pooling."""
+        return self.model.config.hidden_size + (len(COUNT_FEATURES) * self.model.config.num_probes
+                                                 if self.reads_counts else 0)
 
     @property
-    def reads_size(self) -> bool:
-        """Whether the embedding ends with the rows' size reactions (pooling "mean+size")."""
-        return self.pooling == "mean+size"
+    def reads_counts(self) -> bool:
+        """Whether the embedding ends with the rows' count reactions (pooling "mean+counts")."""
+        return self.pooling == "mean+counts"
 
     @property
     def model_pooling(self) -> str:
         """How the model's final states are pooled: "mean" or "cls" (the part of ``pooling`` PQ-BERT computes)."""
-        return "mean" if self.reads_size else self.pooling
+        return "mean" if self.reads_counts else self.pooling
 
     def readout(self, rows: np.ndarray) -> np.ndarray:
         """What the pooling appends to the pooled states, from the reaction rows the model reads float32
-        (N, P', 56): for "mean+size", float32 (N, 2 P'), each row's :data:`SIZE_FEATURES` in turn (row 0's
-        instruction count, row 0's memory instructions, row 1's ...); else (N, 0)."""
+        (N, P', 56): for "mean+counts", float32 (N, 8 P'), each row's :data:`COUNT_FEATURES` in turn (row 0's
+        8 counts, then row 1's ...); else (N, 0)."""
         rows = np.asarray(rows, dtype=np.float32)
         p = self.model.config.num_probes
         if rows.ndim != 3 or rows.shape[1:] != (p, 56):
             raise ValueError(f"reaction rows must have shape (N, {p}, 56), got {rows.shape}")
-        if not self.reads_size:
+        if not self.reads_counts:
             return np.zeros((len(rows), 0), np.float32)
-        return np.ascontiguousarray(rows[:, :, list(SIZE_FEATURES)].reshape(len(rows), -1))
+        return np.ascontiguousarray(rows[:, :, list(COUNT_FEATURES)].reshape(len(rows), -1))
 
     def __repr__(self) -> str:
         return (f"Encoder({self.path}{', fine-tuned' if self.fine_tuned else ''}, D={self.dim}, "
@@ -174,16 +176,16 @@ class Encoder:
     def embed_inputs(self, inputs: np.ndarray, batch_size: int = 1, rows: Optional[np.ndarray] = None
                      ) -> np.ndarray:
         """Embeddings of what the model reads (:meth:`model_inputs`): codes uint8 (N, P, M) or reaction rows
-        float32 (N, P, 56) -> float32 (N, D); ``batch_size`` as in :meth:`embed_codes`. "mean+size" pooling also
+        float32 (N, P, 56) -> float32 (N, D); ``batch_size`` as in :meth:`embed_codes`. "mean+counts" pooling also
         needs the reaction rows the codes were made from (``rows``, float32 (N, P, 56); a model that reads rows
         uses its inputs)."""
         import torch
 
         inputs = np.asarray(inputs)
-        if self.reads_size:
+        if self.reads_counts:
             rows = inputs if self.reads_spectrum else rows
             if rows is None:
-                raise ValueError(f"{self.path}: pooling 'mean+size' appends the reaction rows' size reactions; "
+                raise ValueError(f"{self.path}: pooling 'mean+counts' appends the reaction rows' count reactions; "
                                  "give the rows the codes were made from (rows=, or use embed_spectra)")
             if len(rows) != len(inputs):
                 raise ValueError(f"{len(rows)} modules of reaction rows for {len(inputs)} of inputs")
@@ -194,8 +196,8 @@ class Encoder:
             for start in range(0, len(inputs), batch_size):
                 x = torch.from_numpy(inputs[start:start + batch_size].astype(dtype))  # (b, P, M) or (b, P, 56)
                 out[start:start + len(x), :hidden] = self.model.embed(x, self.model_pooling).numpy()
-        if self.reads_size:
-            out[:, hidden:] = self.readout(rows)                                      # (N, 2 P')
+        if self.reads_counts:
+            out[:, hidden:] = self.readout(rows)                                      # (N, 8 P')
         return out
 
     def embed_spectra(self, spectra: np.ndarray, original: Optional[np.ndarray] = None, batch_size: int = 1
