@@ -267,11 +267,9 @@ def with_pooling_of(encoder, wanted: dict):
     """``encoder``, or the same checkpoint under the pooling an artifact was made with (``wanted``: its saved
     encoder identity; one saved before poolings were recorded was made with "mean")."""
     pooling = wanted.get("pooling", "mean")
-    if encoder.pooling == pooling or encoder.path is None or encoder.fine_tuned:
-        return encoder              # (a fine-tuned copy is not reloaded: check_encoder then names the mismatch)
-    from behavioral_pq.embedding.encoder import load_encoder
-
-    return load_encoder(encoder.path, pooling=pooling)
+    if encoder.pooling == pooling or encoder.fine_tuned:
+        return encoder              # (a fine-tuned copy is left as it is: check_encoder then names the mismatch)
+    return encoder.with_pooling(pooling)
 
 
 def check_encoder(path: PathLike, wanted: dict, encoder, error: Type[Exception], hint: str,

@@ -513,6 +513,18 @@ def test_a_quantizer_whose_array_header_claims_a_huge_shape_is_refused_before_al
         Quantizer.load(tmp_path / "quantizer.npz")
 
 
+def test_a_predictor_naming_an_unknown_pooling_is_refused(tmp_path):
+    from behavioral_pq.tasks.predictors import PredictorError, load_predictor
+
+    folder = artifact_copy(tmp_path, BEST_PASS)
+    config = json.loads((folder / "predictor.json").read_text())
+    assert config["pooling"] == "mean+counts"
+    config["pooling"] = "max; rm -rf /"
+    (folder / "predictor.json").write_text(json.dumps(seal(config)))     # genuine-looking, sealed again
+    with pytest.raises(PredictorError, match="unknown pooling 'max; rm -rf /'"):
+        load_predictor(folder)
+
+
 def test_an_estimator_config_naming_a_huge_net_is_refused_before_it_is_built(tmp_path):
     folder = artifact_copy(tmp_path, BEST_PASS)
     meta = json.loads((folder / "estimator.json").read_text())

@@ -241,6 +241,14 @@ class Encoder:
         "log-relative+module" encoder."""
         return self.codes(self.reaction_rows(spectra, original))
 
+    def with_pooling(self, pooling: str) -> "Encoder":
+        """This encoder (same weights, quantizer and probe set, nothing reloaded) under another pooling."""
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        other = copy.copy(self)
+        other.pooling = pooling
+        return other
+
     def with_model(self, model, *, fine_tuned: bool = True) -> "Encoder":
         """This encoder (same checkpoint identity, quantizer and probe set) with other PQ-BERT weights: the encoder
         a fine-tuned predictor embeds with. ``model`` is put in eval mode."""

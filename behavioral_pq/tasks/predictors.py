@@ -46,7 +46,7 @@ from behavioral_pq.artifacts import (
 )
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.corpus.states import NUM_CLASSES
-from behavioral_pq.embedding.encoder import load_encoder, shipped
+from behavioral_pq.embedding.encoder import POOLINGS, load_encoder, shipped
 from behavioral_pq.errors import PredictorError
 from behavioral_pq.tasks.datasets import concat, embeddings, module_items, state_items
 from behavioral_pq.tasks import finetune
@@ -146,9 +146,10 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
                                 what="a predictor")
     if kind is not None and config.get("kind") != kind:
         raise PredictorError(f"{path}: a {config.get('kind')!r} predictor, not {kind!r}")
-    encoder = encoder or load_encoder(pooling=config.get("pooling"))
-    if encoder.pooling != config.get("pooling"):
-        encoder = load_encoder(encoder.path, pooling=config.get("pooling"))  # same weights, the predictor's pooling
+    pooling = config.get("pooling", "mean")
+    if pooling not in POOLINGS:
+        raise PredictorError(f"{path}: unknown pooling {pooling!r} (known: {', '.join(POOLINGS)})")
+    encoder = (encoder or load_encoder()).with_pooling(pooling)     # same weights, the predictor's pooling
     check_encoder(path, config.get("encoder", {}), encoder, PredictorError,
                   "pass the encoder it was trained on (--checkpoint) or retrain it (bpq train)", verb="trained")
     check_files(path, config, PredictorError)
