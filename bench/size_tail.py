@@ -117,7 +117,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"size-tail-{args.score_split}.json"
     path.write_text(json.dumps(result, indent=1))
-    print(f"\n| representation | dims | -Oz MAE, MLP | -Oz MAE, linear | states Top-1, MLP | states Top-1, linear |\n"
+    print("\n| representation | dims | -Oz MAE, MLP | -Oz MAE, linear | states Top-1, MLP | states Top-1, linear |\n"
           "|---|---:|---:|---:|---:|---:|")
     for name, oz in result["oz"].items():
         st = result["states_top1"][name]
