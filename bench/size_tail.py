@@ -39,7 +39,7 @@ def representations(items, encoder) -> dict:
     from behavioral_pq.core.features import AUTOPHASE_FEATURES
 
     rows = encoder.reaction_rows(items.spectra, items.autophase)                            # (N, P', 56)
-    mean = load_mean(encoder).embed_spectra(items.spectra, items.autophase, 256)            # (N, H)
+    mean = encoder.with_pooling("mean").embed_spectra(items.spectra, items.autophase, 256)  # (N, H)
     tail = {name: rows[:, :, [AUTOPHASE_FEATURES.index(f) for f in features]].reshape(len(rows), -1)
             for name, features in TAILS.items()}
     reps = {"raw": rows.reshape(len(rows), -1), "mean": mean, "tail-ti": tail["ti"]}
@@ -47,17 +47,6 @@ def representations(items, encoder) -> dict:
         reps[f"mean+{name}"] = np.hstack([mean, values])
     reps["mean+raw"] = np.hstack([mean, reps["raw"]])
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in reps.items()}
-
-
-_mean = {}
-
-
-def load_mean(encoder):
-    from behavioral_pq.embedding.encoder import load_encoder
-
-    if "mean" not in _mean:
-        _mean["mean"] = load_encoder(encoder.path, pooling="mean")
-    return _mean["mean"]
 
 
 def main() -> int:
