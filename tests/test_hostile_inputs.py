@@ -525,6 +525,15 @@ def test_a_predictor_naming_an_unknown_pooling_is_refused(tmp_path):
         load_predictor(folder)
 
 
+def test_a_library_naming_an_unknown_pooling_is_refused_with_a_library_error(tmp_path):
+    folder = artifact_copy(tmp_path, LIBRARY)
+    config = json.loads((folder / "library.json").read_text())
+    config["encoder"]["pooling"] = "max"
+    (folder / "library.json").write_text(json.dumps(seal(config)))
+    with pytest.raises(LibraryError, match="pooling max"):
+        load_library(folder)
+
+
 def test_an_estimator_config_naming_a_huge_net_is_refused_before_it_is_built(tmp_path):
     folder = artifact_copy(tmp_path, BEST_PASS)
     meta = json.loads((folder / "estimator.json").read_text())
