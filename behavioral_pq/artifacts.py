@@ -266,12 +266,13 @@ def encoder_identity(encoder) -> dict:
 def with_pooling_of(encoder, wanted: dict):
     """``encoder``, or the same checkpoint under the pooling an artifact was made with (``wanted``: its saved
     encoder identity; one saved before poolings were recorded was made with "mean")."""
-    from behavioral_pq.embedding.encoder import POOLINGS
-
     pooling = wanted.get("pooling", "mean")
-    if encoder.pooling == pooling or encoder.fine_tuned or pooling not in POOLINGS:
-        return encoder              # a fine-tuned copy, or a pooling no encoder has: check_encoder names the mismatch
-    return encoder.with_pooling(pooling)
+    if encoder.pooling == pooling or encoder.fine_tuned:
+        return encoder              # (a fine-tuned copy is left as it is: check_encoder then names the mismatch)
+    try:
+        return encoder.with_pooling(pooling)
+    except ValueError:              # a pooling no encoder has: check_encoder names the mismatch, in the artifact's error
+        return encoder
 
 
 def check_encoder(path: PathLike, wanted: dict, encoder, error: Type[Exception], hint: str,
