@@ -320,6 +320,21 @@ def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engi
                           encoder=lib_world["encoder"], engine=engine, split="test", kind="real")
 
 
+def test_evaluation_embeds_under_the_librarys_pooling_whatever_encoder_it_is_given(lib_world, engine, tmp_path):
+    """The report embeds its modules as the library's programs were embedded: an encoder under another pooling
+    (the shipped default may differ from a library's) gives the same report, not one failure per module."""
+    built = lib_world["encoder"]
+    other = load_encoder(built.path, pooling="cls" if built.pooling != "cls" else "mean")
+    runs = {}
+    for name, encoder in (("built", built), ("other", other)):
+        report = evaluate_guidance(lib_world["store"], tmp_path / name, library=lib_world["library"],
+                                   encoder=encoder, engine=engine, split="test", programs=3, budgets=(1, 2))
+        assert report["failed"] == [] and report["programs"] >= 1
+        runs[name] = [json.loads(line) for line in (tmp_path / name / "per_program.jsonl").read_text().splitlines()]
+    assert [(r["program"], r["counts"]["pqbert-library"]) for r in runs["built"]] == \
+        [(r["program"], r["counts"]["pqbert-library"]) for r in runs["other"]]
+
+
 def bpq_cli(*args):
     return subprocess.run([sys.executable, "-m", "behavioral_pq", *map(str, args)], capture_output=True, text=True)
 

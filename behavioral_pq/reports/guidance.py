@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from behavioral_pq.artifacts import write_json_atomic, write_text_atomic
+from behavioral_pq.artifacts import with_pooling_of, write_json_atomic, write_text_atomic
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.corpus.buckets import slices
 from behavioral_pq.corpus.reader import Corpus
@@ -59,7 +59,8 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
     """
     from tqdm import tqdm
 
-    encoder = encoder or load_encoder()
+    # the modules are embedded under the pooling the library's programs were embedded with
+    encoder = with_pooling_of(encoder or load_encoder(), library.encoder)
     engine = engine or default_engine()
     corpus = Corpus(store)
     shas = corpus.split(split)
