@@ -1,7 +1,8 @@
-"""Which reactions the embedding should carry next to its pooled states: the choice of pooling ``mean+counts``.
+"""Which reactions the embedding should carry next to its pooled states: the choice of the count poolings
+``mean+counts`` and ``mean+changes``.
 
     python bench/size_tail.py STORE --states DIR [--score-split valid|test] [--seeds 0,1,2] [--max-epochs 60]
-                              [--out bench/results]
+                              [--only NAME,...] [--ir2vec] [--out bench/results]
 
 On the shipped encoder's rows (its probe set and reaction), the same MLP heads as ``bpq evaluate`` (train on
 train, early stopping on valid, scored on test; with ``--score-split valid``: stopped on a hashed eighth of the
@@ -15,7 +16,13 @@ inner cross-validation) on:
   the mean followed by the rows' reactions in TotalInsts; and TotalBlocks; and TotalMemInst; in the four size
   counts (TotalInsts, TotalBlocks, TotalFuncs, TotalMemInst); in those and NumAllocaInst, NumLoadInst,
   NumStoreInst, NumPHIInst (``encoder.COUNT_NAMES``);
+- ``mean+changes`` (pooling ``mean+changes``): ``mean+counts`` with the probe rows' reactions as relative
+  changes, ``expm1`` of the log-relative ones: the unit of the -Oz benefit;
 - ``mean+raw``: the mean followed by the whole rows.
+
+``--only`` keeps the named representations (the others are not fitted). ``--ir2vec`` adds ``ir2vec``: IR2Vec
+program vectors (the optional extra behavioral-pq[ir2vec]; the states are replayed to read their IR, which takes
+most of the run).
 
 Scores: -Oz benefit MAE (points) on the split's modules, and best next pass Top-1 on its states. Writes
 ``size-tail-<split>.json`` and prints a Markdown table.
@@ -45,6 +52,7 @@ def representations(items, encoder) -> dict:
     reps = {"raw": rows.reshape(len(rows), -1), "mean": mean, "tail-ti": tail["ti"]}
     for name, values in tail.items():
         reps[f"mean+{name}"] = np.hstack([mean, values])
+    reps["mean+changes"] = np.hstack([mean, encoder.with_pooling("mean+changes").readout(rows)])
     reps["mean+raw"] = np.hstack([mean, reps["raw"]])
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in reps.items()}
 
@@ -57,12 +65,14 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--max-epochs", type=int, default=60)
     parser.add_argument("--score-split", choices=("test", "valid"), default="valid")
+    parser.add_argument("--only", metavar="NAME,...", help="fit only these representations")
+    parser.add_argument("--ir2vec", action="store_true", help="add IR2Vec program vectors (representation ir2vec)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.embedding.encoder import load_encoder
-    from behavioral_pq.reports.downstream import _fit_rows, head_parts
+    from behavioral_pq.reports.downstream import _fit_rows, head_parts, ir2vec_of_items
     from behavioral_pq.tasks.datasets import module_items, state_items
     from behavioral_pq.tasks.estimators import (BestPassClassifier, LinearBestPassProbe, LinearOzProbe,
                                                 OzBenefitRegressor, TrainSettings, top_k_accuracy)
@@ -75,8 +85,14 @@ def main() -> int:
               "encoder": str(encoder.path), "seeds": seeds, "score_split": args.score_split,
               "oz": {}, "states_top1": {}}
 
+    def chosen(reps: dict, part, states=None) -> dict:
+        if args.ir2vec:
+            reps["ir2vec"], failed = ir2vec_of_items(args.store, part, states)
+            result.setdefault("ir2vec_failed", []).append(failed)
+        return {k: v for k, v in reps.items() if not args.only or k in args.only.split(",")}
+
     parts = head_parts(module_items(args.store, encoder.probe_set), kind_of, score_split=args.score_split)
-    X = {split: representations(part, encoder) for split, part in parts.items()}
+    X = {split: chosen(representations(part, encoder), part) for split, part in parts.items()}
     y = {split: part.oz_benefit() for split, part in parts.items()}
     groups = {split: list(part.groups) for split, part in parts.items()}
     for name in X["test"]:
@@ -88,7 +104,7 @@ def main() -> int:
         print(f"oz {name}: MLP {np.mean(mlp):.2f} ± {np.std(mlp):.2f}, linear {linear:.2f}", file=sys.stderr)
 
     sparts = head_parts(state_items(args.states), kind_of, score_split=args.score_split)
-    X = {split: representations(part, encoder) for split, part in sparts.items()}
+    X = {split: chosen(representations(part, encoder), part, args.states) for split, part in sparts.items()}
     y = {split: part.next_pass_sets() for split, part in sparts.items()}
     groups = {split: list(part.groups) for split, part in sparts.items()}
     for name in X["test"]:
@@ -104,7 +120,7 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"size-tail-{args.score_split}.json"
+    path = out / f"size-tail-{args.score_split}{'-' + args.only.replace(',', '-') if args.only else ''}.json"
     path.write_text(json.dumps(result, indent=1))
     print("\n| representation | dims | -Oz MAE, MLP | -Oz MAE, linear | states Top-1, MLP | states Top-1, linear |\n"
           "|---|---:|---:|---:|---:|---:|")

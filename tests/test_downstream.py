@@ -351,15 +351,15 @@ def test_fine_tuned_predictor_trains_the_encoder_saves_it_and_predicts_with_it(w
 
 
 def test_a_mean_size_encoder_fine_tunes_its_states_and_keeps_its_readout(world, tmp_path):
-    """Under "mean+counts" pooling fine-tuning moves the pooled states and leaves the appended count reactions
+    """Under "mean+changes" pooling fine-tuning moves the pooled states and leaves the appended count reactions
     as measured; the predictor reloads its encoder under that pooling whatever encoder it is given."""
-    sized = load_encoder(world["encoder"].path, pooling="mean+counts")
+    sized = load_encoder(world["encoder"].path, pooling="mean+changes")
     hidden = sized.model.config.hidden_size
     train_predictor("oz-benefit", world["store"], tmp_path / "tuned", encoder=sized, settings=FAST,
                     fine_tune=FineTuneSettings(max_epochs=2, patience=2, batch_size=16))
     tuned = load_predictor(tmp_path / "tuned", encoder=world["encoder"])            # given under "mean"
-    assert tuned.encoder.pooling == "mean+counts" and tuned.encoder.fine_tuned
-    assert tuned.config["representation"] == "pqbert-mean+counts-fine-tuned"
+    assert tuned.encoder.pooling == "mean+changes" and tuned.encoder.fine_tuned
+    assert tuned.config["representation"] == "pqbert-mean+changes-fine-tuned"
     valid = module_items(world["store"], world["probes"]).split("valid")
     tuned_x, base_x = embeddings(valid, tuned.encoder), embeddings(valid, sized)
     assert tuned_x.shape == (len(valid), sized.dim) and sized.dim > hidden

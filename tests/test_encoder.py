@@ -660,6 +660,38 @@ def test_mean_counts_pooling_appends_each_probes_count_reactions(tiny_checkpoint
         sized.embed_codes(codes)
 
 
+def test_mean_changes_pooling_appends_each_probes_relative_count_changes(tiny_checkpoint):
+    """The shipped default: the tail of mean+counts with each probe's reactions as relative changes, the unit of
+    the -Oz benefit, measured here without the spectrum code; an encoder of absolute reactions refuses it."""
+    path, _ = tiny_checkpoint
+    from behavioral_pq.core.features import AUTOPHASE_FEATURES, autophase
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.embedding.encoder import COUNT_NAMES
+
+    counts, changes = load_encoder(path, pooling="mean+counts"), load_encoder(path, pooling="mean+changes")
+    module = bpq.load_module(sorted(EXAMPLES.glob("*.c"))[0])
+    e = changes.embed(module)
+    assert changes.dim == 64 + 8 * 16 and e.shape == (192,) and e.dtype == np.float32
+    assert np.array_equal(e[:64], counts.embed(module)[:64])
+    features = [AUTOPHASE_FEATURES.index(name) for name in COUNT_NAMES]
+    before = autophase(module)[features].astype(np.float64)
+    after = np.array([autophase(optimize(module, list(seq)))[features] for seq in changes.probe_set.sequences])
+    assert np.allclose(e[64:], ((after + 1) / (before + 1) - 1).ravel(), atol=1e-5)
+    shrunk = e[64::8]                                       # instructions: a probe that halves them reads -0.5ish
+    assert (shrunk < 0).any() and (shrunk > -1).all()
+    assert np.array_equal(changes.embed_many([module]), e[None])
+
+    # a "log-relative+module" encoder's last row is the module's own log1p counts: kept as it is
+    rows = np.zeros((2, 16, 56), np.float32)
+    rows[:, :, features[0]] = np.log(0.5)
+    changes.reaction = "log-relative+module"
+    tail = changes.readout(rows).reshape(2, 16, 8)
+    assert np.allclose(tail[:, :15, 0], -0.5) and np.allclose(tail[:, 15, 0], np.log(0.5))
+    changes.reaction = "absolute"
+    with pytest.raises(ValueError, match="absolute"):
+        changes.with_pooling("mean+changes")
+
+
 def test_embed_many_keeps_going_past_a_bad_module(tiny_checkpoint, tmp_path):
     path, _ = tiny_checkpoint
     encoder = load_encoder(path)

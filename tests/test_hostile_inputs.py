@@ -518,7 +518,7 @@ def test_a_predictor_naming_an_unknown_pooling_is_refused(tmp_path):
 
     folder = artifact_copy(tmp_path, BEST_PASS)
     config = json.loads((folder / "predictor.json").read_text())
-    assert config["pooling"] == "mean+counts"
+    assert config["pooling"] == "mean+changes"
     config["pooling"] = "max; rm -rf /"
     (folder / "predictor.json").write_text(json.dumps(seal(config)))     # genuine-looking, sealed again
     with pytest.raises(PredictorError, match="unknown pooling 'max; rm -rf /'"):

@@ -109,9 +109,10 @@ def add_parsers(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_program_arguments(p, several_modules=True)
     p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint folder (default: the shipped one)")
-    p.add_argument("--pooling", choices=("mean", "cls", "mean+counts"),
+    p.add_argument("--pooling", choices=("mean", "cls", "mean+counts", "mean+changes"),
                    help="mean of the probe states, [CLS], or the mean followed by each position's reaction in 8 "
-                        "Autophase counts (mean+counts); default: the checkpoint's")
+                        "Autophase counts, log-relative (mean+counts) or as relative changes (mean+changes); "
+                        "default: the checkpoint's")
     p.add_argument("--workers", type=int, metavar="N", help="engine worker processes for the spectra")
     p.add_argument("--exact", action="store_true", help="measure every module whole, however large (default: "
                    "modules above --sample-above instructions are measured on a sample of their functions)")

@@ -36,18 +36,30 @@ from behavioral_pq.errors import BPQError
 
 logger = logging.getLogger(__name__)
 
-POOLINGS = ("mean", "cls", "mean+counts")
-#: What ``mean+counts`` pooling appends to the mean of the final states, each in turn for every reaction row the
-#: model reads: the row's log-relative reaction in these Autophase counts (log1p of the module's own counts in the
-#: module row of a "log-relative+module" encoder): the size of the module in instructions, blocks, functions and
-#: memory instructions, and the counts the memory and SSA passes move. Chosen on the valid projects among tails of
-#: 1, 2, 4 and 8 counts and the whole rows (downstream/README.md, "Issue 42 measured"; bench/size_tail.py).
+POOLINGS = ("mean", "cls", "mean+counts", "mean+changes")
+#: What the count poolings append to the mean of the final states, each in turn for every reaction row the model
+#: reads: the row's reaction in these Autophase counts: the size of the module in instructions, blocks, functions
+#: and memory instructions, and the counts the memory and SSA passes move. ``mean+counts`` appends the log-relative
+#: reactions as the rows hold them; ``mean+changes`` (the shipped default) the same reactions as relative changes,
+#: ``expm1(log-relative) = (after + 1) / (before + 1) - 1``, the unit of the -Oz benefit itself, so that a linear head
+#: reads a probe's reduction as it reads the target. Both append log1p of the module's own counts for the module
+#: row of a "log-relative+module" encoder. Chosen on the valid projects among tails of 1, 2, 4 and 8 counts and the
+#: whole rows, then between the two units (downstream/README.md, "Issue 42 measured"; bench/size_tail.py).
+COUNT_POOLINGS = ("mean+counts", "mean+changes")
 COUNT_NAMES = ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst", "NumAllocaInst", "NumLoadInst",
                "NumStoreInst", "NumPHIInst")
 COUNT_FEATURES = tuple(AUTOPHASE_FEATURES.index(name) for name in COUNT_NAMES)
 #: Large-module mode is on by default: above this many IR instructions a module's spectrum is measured on a
 #: function sample (behavioral_pq.embedding.sampling); pass ``sample_above=None`` for the exact spectrum.
 SAMPLE_ABOVE = LARGE_MODULE_INSTRUCTIONS
+
+
+def _check_pooling(pooling: str, reaction: str) -> None:
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    if pooling == "mean+changes" and reaction == "absolute":
+        raise ValueError("pooling 'mean+changes' reads log-relative reaction rows; this encoder's rows are absolute "
+                         "differences (use 'mean+counts')")
 
 
 def shipped(name: str) -> Path:
@@ -97,8 +109,9 @@ class Encoder:
         probe_set: the probe set its spectra are measured with.
         config: the checkpoint's config.json.
         pooling: "mean" (mean of the P probe states, and of the module token's for "log-relative+module"), "cls"
-            (the [CLS] state) or "mean+counts" (the mean, followed by the P' rows' reactions in 8 Autophase counts,
-            :data:`COUNT_NAMES`, so D = H + 8 P'). The checkpoint's config names its default.
+            (the [CLS] state), "mean+counts" (the mean, followed by the P' rows' log-relative reactions in 8
+            Autophase counts, :data:`COUNT_NAMES`, so D = H + 8 P') or "mean+changes" (the same with the probe rows'
+            reactions as relative changes, see :data:`POOLINGS`). The checkpoint's config names its default.
         reaction: how the checkpoint's quantizer reads reaction rows: "log-relative" (the method), "absolute"
             (an ablation) or "log-relative+module" (one more token: the module's own log1p Autophase). The last
             two need the modules' original Autophase, see :meth:`embed_spectra`.
@@ -109,20 +122,20 @@ class Encoder:
         self.config, self.path = checkpoint.config, checkpoint.path
         self.pooling = pooling or checkpoint.config.get("pooling", "mean")
         self.reaction = checkpoint.config.get("reaction", "log-relative")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        _check_pooling(self.pooling, self.reaction)
         self.fine_tuned = False     # True for the copy a fine-tuned predictor carries (see with_model)
 
     @property
     def dim(self) -> int:
-        """D, the embedding size: the model's hidden size H, plus 8 P' for "mean+counts" pooling."""
+        """D, the embedding size: the model's hidden size H, plus 8 P' for a count pooling ("mean+counts",
+        "mean+changes")."""
         return self.model.config.hidden_size + (len(COUNT_FEATURES) * self.model.config.num_probes
                                                  if self.reads_counts else 0)
 
     @property
     def reads_counts(self) -> bool:
-        """Whether the embedding ends with the rows' count reactions (pooling "mean+counts")."""
-        return self.pooling == "mean+counts"
+        """Whether the embedding ends with the rows' count reactions (pooling "mean+counts" or "mean+changes")."""
+        return self.pooling in COUNT_POOLINGS
 
     @property
     def model_pooling(self) -> str:
@@ -131,15 +144,20 @@ class Encoder:
 
     def readout(self, rows: np.ndarray) -> np.ndarray:
         """What the pooling appends to the pooled states, from the reaction rows the model reads float32
-        (N, P', 56): for "mean+counts", float32 (N, 8 P'), each row's :data:`COUNT_FEATURES` in turn (row 0's
-        8 counts, then row 1's ...); else (N, 0)."""
+        (N, P', 56): for a count pooling, float32 (N, 8 P'), each row's :data:`COUNT_FEATURES` in turn (row 0's
+        8 counts, then row 1's ...), as relative changes for "mean+changes" (the module row, if any, stays
+        log1p counts); else (N, 0)."""
         rows = np.asarray(rows, dtype=np.float32)
         p = self.model.config.num_probes
         if rows.ndim != 3 or rows.shape[1:] != (p, 56):
             raise ValueError(f"reaction rows must have shape (N, {p}, 56), got {rows.shape}")
         if not self.reads_counts:
             return np.zeros((len(rows), 0), np.float32)
-        return np.ascontiguousarray(rows[:, :, list(COUNT_FEATURES)].reshape(len(rows), -1))
+        tail = rows[:, :, list(COUNT_FEATURES)]                                      # (N, P', 8)
+        if self.pooling == "mean+changes":
+            probes = p - 1 if self.reaction == "log-relative+module" else p           # the module row stays log1p
+            tail = np.concatenate([np.expm1(tail[:, :probes], dtype=np.float32), tail[:, probes:]], axis=1)
+        return np.ascontiguousarray(tail.reshape(len(rows), -1), dtype=np.float32)
 
     def __repr__(self) -> str:
         return (f"Encoder({self.path}{', fine-tuned' if self.fine_tuned else ''}, D={self.dim}, "
@@ -176,7 +194,7 @@ class Encoder:
     def embed_inputs(self, inputs: np.ndarray, batch_size: int = 1, rows: Optional[np.ndarray] = None
                      ) -> np.ndarray:
         """Embeddings of what the model reads (:meth:`model_inputs`): codes uint8 (N, P, M) or reaction rows
-        float32 (N, P, 56) -> float32 (N, D); ``batch_size`` as in :meth:`embed_codes`. "mean+counts" pooling also
+        float32 (N, P, 56) -> float32 (N, D); ``batch_size`` as in :meth:`embed_codes`. A count pooling also
         needs the reaction rows the codes were made from (``rows``, float32 (N, P, 56); a model that reads rows
         uses its inputs)."""
         import torch
@@ -185,7 +203,7 @@ class Encoder:
         if self.reads_counts:
             rows = inputs if self.reads_spectrum else rows
             if rows is None:
-                raise ValueError(f"{self.path}: pooling 'mean+counts' appends the reaction rows' count reactions; "
+                raise ValueError(f"{self.path}: pooling {self.pooling!r} appends the reaction rows' count reactions; "
                                  "give the rows the codes were made from (rows=, or use embed_spectra)")
             if len(rows) != len(inputs):
                 raise ValueError(f"{len(rows)} modules of reaction rows for {len(inputs)} of inputs")
@@ -243,8 +261,7 @@ class Encoder:
 
     def with_pooling(self, pooling: str) -> "Encoder":
         """This encoder (same weights, quantizer and probe set, nothing reloaded) under another pooling."""
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        _check_pooling(pooling, self.reaction)
         other = copy.copy(self)
         other.pooling = pooling
         return other

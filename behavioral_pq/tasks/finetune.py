@@ -62,7 +62,7 @@ def fine_tune(estimator, encoder, codes: np.ndarray, y, valid_codes: Optional[np
         valid_codes, y_valid: early-stopping items; None holds out a seeded 10% of the training items.
         progress: called with one line per epoch.
         extra, valid_extra: what the encoder's pooling appends to the pooled states (``encoder.readout`` of the
-            items' reaction rows, float32 (N, E)); needed when it appends something ("mean+counts"), not tuned.
+            items' reaction rows, float32 (N, E)); needed when it appends something (a count pooling), not tuned.
     Returns:
         (estimator, model): the fitted estimator, whose ``best_epoch_`` and ``history_`` are set, and the tuned
         PQ-BERT (eval mode); the encoder given is left unchanged.
