@@ -1,8 +1,10 @@
 """The learned pipeline ranker against today's retrieval, greedy and random search, by budget and size bucket.
 
     python bench/ranker_guidance.py STORE --data TRAIN_ROWS [--split test] [--kind real]
-        [--max-instructions 50000] [--programs 120] [--budgets 10,50,200] [--reference-budget 500]
-        [--representations embedding,spectrum,autophase,none] [--ranked-share 0.6] [--out FILE.json]
+        [--min-instructions 0] [--max-instructions 50000] [--programs 120] [--budgets 10,50,200]
+        [--reference-budget 500]
+        [--representations embedding,spectrum,autophase,none] [--ranked-share 0.6] [--seed 0] [--sample-seed S]
+        --out FILE.json
 
 TRAIN_ROWS is a folder of pool rows measured on train modules (``bpq ranker measure``). One ranker per
 representation is fitted on them here (ridge, penalty by grouped 3-fold CV over projects), then each method
@@ -15,7 +17,8 @@ searches every sampled module of ``--split`` live, with -Oz measured besides (IR
   store, the probes' time added likewise; also at ``--reference-budget`` (today's budget 500, the target's
   reference);
 - ``greedy`` and ``random``: one run each at the reference budget, read at every smaller budget, and read at the
-  wall time ``ranker-spectrum`` took at 50 (equal wall time; compilations prorated by time).
+  wall time ``ranker-spectrum`` took at 50 (``ranker-none`` without a spectrum ranker; equal wall time,
+  compilations prorated by time).
 
 Score: geometric mean of IC_Oz / IC over the modules, overall and by size bucket; gain = geomean - 1.
 """
@@ -39,6 +42,8 @@ def main() -> int:
     parser.add_argument("--data", required=True, help="pool rows of train modules (bpq ranker measure)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--kind", choices=("all", "small", "real"), default="real")
+    parser.add_argument("--min-instructions", type=int, default=0,
+                        help="leave out modules smaller than this (e.g. 5000 for the 5k-50k bucket alone)")
     parser.add_argument("--max-instructions", type=int, default=50000)
     parser.add_argument("--programs", type=int, default=120)
     parser.add_argument("--budgets", default="10,50,200")
@@ -47,7 +52,9 @@ def main() -> int:
     parser.add_argument("--ranked-share", type=float, default=None)
     parser.add_argument("--largest-budget-for", default=None, metavar="REPS",
                         help="representations that also run at the largest of --budgets (default: all of them)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the rankers' fit, the searches and the sample")
+    parser.add_argument("--sample-seed", type=int, default=None,
+                        help="which modules are drawn (default: --seed); fixed, it compares search seeds on one sample")
     parser.add_argument("--no-baselines", action="store_true", help="leave out greedy and random search")
     parser.add_argument("--no-library", action="store_true", help="leave out today's retrieval (library)")
     parser.add_argument("--out", required=True)
@@ -56,6 +63,7 @@ def main() -> int:
     import numpy as np
     from tqdm import tqdm
 
+    from behavioral_pq.artifacts import with_pooling_of
     from behavioral_pq.core.engine import default_engine
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_bucket
@@ -104,10 +112,11 @@ def main() -> int:
 
     shas = corpus.narrow(corpus.split(args.split), kind=None if args.kind == "all" else args.kind,
                          max_instructions=args.max_instructions)
-    rng = np.random.default_rng(args.seed)
+    shas = [s for s in shas if sizes.get(s, 0) >= args.min_instructions]
+    rng = np.random.default_rng(args.seed if args.sample_seed is None else args.sample_seed)
     chosen = sorted(rng.choice(shas, min(args.programs, len(shas)), replace=False).tolist())
     stored = {rep: dict(zip(*rows_for(chosen, rep))) for rep in rankers}
-    embeddings = stored_embeddings(corpus, encoder, chosen)
+    embeddings = stored_embeddings(corpus, with_pooling_of(encoder, library.encoder), chosen)  # its pooling
     budgets = sorted(int(b) for b in args.budgets.split(","))
     top = max(budgets)          # greedy and random search run once at the largest budget, read at the smaller
     at_largest = set(args.largest_budget_for.split(",")) if args.largest_budget_for else set(rankers)
@@ -159,7 +168,8 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - one module's failure is recorded, the rest go on
             failed.append({"program": sha, "error": f"{type(exc).__name__}: {exc}"})
     report = summarize(per_module, failed, budgets, args, fit_info, BUCKET_NAMES, size_bucket, geomean)
-    report["equal_time"] = equal_time(per_module, "ranker-spectrum", 50, geomean)
+    timed = "ranker-spectrum" if "spectrum" in rankers else "ranker-none"
+    report["equal_time"] = equal_time(per_module, timed, 50, geomean)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"report": report, "modules": per_module, "failed": failed},
                                          indent=1, default=str) + "\n")
@@ -175,8 +185,9 @@ def markdown(report) -> str:
     keys = list(report["overall"])
     methods = sorted({k.rsplit("@", 1)[0] for k in keys})
     budgets = sorted({int(k.rsplit("@", 1)[1]) for k in keys})
+    smallest = f"{report['min_instructions']} to " if report.get("min_instructions") else "at most "
     lines = [f"# Pipeline ranker against retrieval and search ({report['programs']} {report['kind']} "
-             f"{report['split']} modules of at most {report['max_instructions']} instructions)", "",
+             f"{report['split']} modules of {smallest}{report['max_instructions']} instructions)", "",
              "Geometric mean of IC_Oz / IC (higher is better; -Oz is measured besides every budget), and the mean "
              "wall time per module in seconds (probes included for embedding and spectrum rankers and for the "
              "library).", "",
@@ -195,7 +206,8 @@ def markdown(report) -> str:
                      + " |")
     eq = report.get("equal_time", {})
     if eq:
-        lines += ["", "At equal wall time (greedy and random search read at the time ranker-spectrum took at budget 50 "
+        timed = next((k for k in eq if k.startswith("ranker-")), "the ranker")
+        lines += ["", f"At equal wall time (greedy and random search read at the time {timed} took at budget 50 "
                   "on each module): " + ", ".join(f"{k} {v:.4f}" for k, v in eq.items()
                                                   if k != "modules" and v is not None), ""]
     lines += ["", "Ranker fits (ridge per pipeline, penalty by grouped 3-fold CV over projects): " + "; ".join(
@@ -266,7 +278,8 @@ class _Fixed:
 def summarize(rows, failed, budgets, args, fit_info, bucket_names, size_bucket, geomean):
     methods = sorted({m for r in rows for m in r["counts"]})
     out = {"store": args.store, "split": args.split, "kind": args.kind, "programs": len(rows),
-           "failed": len(failed), "max_instructions": args.max_instructions, "budgets": budgets,
+           "failed": len(failed), "seed": args.seed, "sample_seed": args.sample_seed,
+           "min_instructions": args.min_instructions, "max_instructions": args.max_instructions, "budgets": budgets,
            "reference_budget": args.reference_budget, "fit": fit_info, "overall": {}, "by_bucket": {},
            "seconds": {}}
     for m in methods:
