@@ -3,7 +3,8 @@
     python bench/ranker_curves.py RUN.json[:LABEL] ... --out FIGURE.png [--title TEXT]
 
 Each run's methods are drawn (``LABEL`` follows the rankers' names, to tell two rankers apart, e.g. fitted on
-two pools; a method other than a ranker may be in one run only); the runs must hold the same modules (checked: the same program hashes), so their curves compare.
+two pools; a method other than a ranker may be in one run only); the runs must hold the same modules (checked:
+the same program hashes), so their curves compare.
 Gain = geomean IC_Oz / IC - 1, in percent; the budget axis is logarithmic. Also writes FIGURE.md: the same
 numbers as a table, with each method's share of the largest library budget's gain.
 """

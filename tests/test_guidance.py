@@ -30,6 +30,7 @@ from behavioral_pq.tasks.guidance import (
     recommend_and_optimize,
     recommend_pipeline,
 )
+from behavioral_pq.tasks.guidance.ranker import default_ranker
 
 TINY_GA = dict(length=8, population=6, generations=2)
 
@@ -294,8 +295,9 @@ def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engi
     report = evaluate_guidance(lib_world["store"], tmp_path, library=lib_world["library"],
                                encoder=lib_world["encoder"], engine=engine, split="test", programs=4,
                                budgets=(1, 3))
-    assert report["programs"] + len(report["failed"]) >= 1
-    for method in METHODS:
+    assert report["programs"] >= 1 and report["failed"] == []
+    assert report["methods"][0] == "ranker"                      # the shipped ranker: what optimize --auto uses
+    for method in ("ranker",) + METHODS:
         for budget in ("1", "3"):
             assert report["geomean_oz_over_method"][method][budget] >= 1.0
         assert report["geomean_oz_over_method"][method]["3"] >= report["geomean_oz_over_method"][method]["1"] - 1e-9
@@ -303,6 +305,10 @@ def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engi
     assert all(m in text for m in METHODS) and "budget 3" in text and (tmp_path / "budgets.png").stat().st_size
     rows = [json.loads(line) for line in (tmp_path / "per_program.jsonl").read_text().splitlines()]
     assert len(rows) == report["programs"] and all(r["counts"]["greedy"]["3"] <= r["oz_count"] for r in rows)
+    module = next(Corpus(lib_world["store"]).iter_modules(only={rows[0]["program"]}))
+    again = recommend_pipeline(module, 3, engine=engine, ranker=default_ranker())  # what the report's ranker found
+    assert again.instruction_count == rows[0]["counts"]["ranker"]["3"] <= rows[0]["oz_count"]
+    assert bpq.optimize(module, again.pipeline).instruction_count == again.instruction_count
     everything = report["slices"]["all"]
     assert everything["programs"] == report["programs"]
     assert everything["pqbert-library"] == report["geomean_oz_over_method"]["pqbert-library"]
@@ -310,8 +316,9 @@ def test_evaluation_report_compares_every_method_at_every_budget(lib_world, engi
     smallest = min(r["instruction_count"] for r in rows)
     narrowed = evaluate_guidance(lib_world["store"], tmp_path / "narrow", library=lib_world["library"],
                                  encoder=lib_world["encoder"], engine=engine, split="test", programs=4, budgets=(1,),
-                                 kind="small", max_instructions=smallest)
+                                 kind="small", max_instructions=smallest, ranker=False)
     assert narrowed["programs"] >= 1 and narrowed["max_instructions"] == smallest
+    assert "ranker" not in narrowed["methods"]
     assert all(json.loads(line)["instruction_count"] <= smallest
                for line in (tmp_path / "narrow" / "per_program.jsonl").read_text().splitlines())
     assert "small programs, at most" in (tmp_path / "narrow" / "report.md").read_text()

@@ -28,8 +28,9 @@ GUIDANCE_EPILOG = """\
 example (the project's report, downstream/guidance/):
   bpq evaluate-guidance --corpus store/ --out downstream/guidance --programs 300
 
-Compares the library recommendation with random-neighbor retrieval, random search and greedy search at each
-budget on held-out programs (the test split by default; library programs are left out).
+Compares the shipped pipeline ranker (what `bpq optimize --auto` uses; --ranker DIR for another, --no-ranker to
+leave it out) and the library recommendation with random-neighbor retrieval, random search and greedy search at
+each budget on held-out programs (the test split by default; library programs are left out).
 """
 
 
@@ -216,8 +217,9 @@ def cmd_evaluate_guidance(args) -> int:
     budgets = [int(b) for b in args.budgets.split(",")]
     if any(b < 1 for b in budgets):
         raise ValueError(f"budgets must be positive integers, got {args.budgets!r}")
+    ranker = False if args.no_ranker else args.ranker          # None: the shipped ranker
     report = evaluate_guidance(args.corpus, args.out, library=library, encoder=encoder, split=args.split,
-                               programs=args.programs, budgets=budgets, seed=args.seed,
+                               programs=args.programs, budgets=budgets, seed=args.seed, ranker=ranker,
                                kind=None if args.kind == "all" else args.kind,
                                max_instructions=args.max_instructions, progress=True)
     if args.json:
@@ -281,6 +283,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--corpus", required=True, metavar="STORE", help="corpus store with a split")
     p.add_argument("--out", required=True, metavar="DIR", help="report folder")
     p.add_argument("--library", metavar="DIR", help="program library (default: the shipped one)")
+    p.add_argument("--ranker", metavar="DIR", help="pipeline ranker of the method 'ranker' (default: the shipped "
+                   "one, what `bpq optimize --auto` uses)")
+    p.add_argument("--no-ranker", action="store_true", help="leave the ranker method out")
     p.add_argument("--checkpoint", metavar="DIR", help="encoder checkpoint (default: the shipped one)")
     p.add_argument("--split", default="test", help="held-out split (default test)")
     p.add_argument("--programs", type=int, default=200, metavar="N", help="programs to evaluate (default 200)")

@@ -2,6 +2,8 @@
 
 For each held-out program and budget N (candidate compilations; -Oz is the reference every method gets):
 
+- ``ranker`` (unless ``ranker=False``): :func:`recommend_pipeline` with a pipeline ranker (default: the shipped
+  one, what ``recommend_pipeline`` uses when no library is asked for), then local search;
 - ``pqbert-library``: :func:`recommend_pipeline` (nearest library programs by embedding, then local search);
 - ``random-neighbors``: the same, consulting random library programs instead of the nearest (does the embedding
   matter?);
@@ -33,10 +35,13 @@ from behavioral_pq.errors import BPQError, CorpusError
 from behavioral_pq.reports.plotting import pyplot, save_figure
 from behavioral_pq.tasks.guidance import greedy_search, random_search, recommend_pipeline
 from behavioral_pq.tasks.guidance.build import stored_embeddings
+from behavioral_pq.tasks.guidance.ranker import default_ranker, load_ranker
 
 METHODS = ("pqbert-library", "random-neighbors", "random", "greedy")
 #: Added when the library has a coreset.
 CORESET_METHOD = "coreset"
+#: Added first unless ``ranker=False``: recommend_pipeline's default for the ir-count objective.
+RANKER_METHOD = "ranker"
 TARGETS = {"geomean at budget 50 >= 1.05": lambda r: r["pqbert-library"]["50"] >= 1.05,
            "better than random search at budget 50": lambda r: r["pqbert-library"]["50"] > r["random"]["50"],
            "geomean at budget 1 > 1.00": lambda r: r["pqbert-library"]["1"] > 1.0}
@@ -49,16 +54,22 @@ def geomean(values: Sequence[float]) -> float:
 def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *, library, encoder=None,
                       engine=None, split: str = "test", programs: int = 200, budgets: Sequence[int] = (1, 10, 50),
                       neighbors: int = 8, seed: int = 0, kind: Optional[str] = None,
-                      max_instructions: Optional[int] = None, progress: bool = False) -> dict:
+                      max_instructions: Optional[int] = None, progress: bool = False, ranker=None) -> dict:
     """Run every method on ``programs`` random modules of the store's ``split`` and write ``report.md``,
     ``report.json``, ``per_program.jsonl`` and ``budgets.png`` to ``out``. Returns the report dict.
 
-    ``kind`` ("small" or "real") and ``max_instructions`` narrow the modules drawn from.
+    ``kind`` ("small" or "real") and ``max_instructions`` narrow the modules drawn from. ``ranker``: the pipeline
+    ranker of method "ranker" (a :class:`~behavioral_pq.tasks.guidance.ranker.PipelineRanker` or its folder;
+    None: the shipped one; False: leave the method out).
 
     Embeddings come from the store's spectra for the encoder's probe set (programs without spectra are measured).
     """
     from tqdm import tqdm
 
+    if ranker is None:
+        ranker = default_ranker()
+    elif ranker is not False and not hasattr(ranker, "choose"):
+        ranker = load_ranker(ranker)
     # the modules are embedded under the pooling the library's programs were embedded with
     encoder = with_pooling_of(encoder or load_encoder(), library.encoder)
     engine = engine or default_engine()
@@ -83,7 +94,8 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
     failed: List[dict] = []
     modules = list(corpus.iter_modules(only=set(chosen)))
     kind_of = corpus.program_kinds()
-    methods = METHODS + ((CORESET_METHOD,) if library.coreset else ())
+    methods = ((RANKER_METHOD,) if ranker is not False else ()) + METHODS + \
+        ((CORESET_METHOD,) if library.coreset else ())
     for module in tqdm(modules, disable=not progress, desc="guidance", unit="program"):
         try:
             start = time.perf_counter()
@@ -112,6 +124,11 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                                               neighbor_indices=random_ids, seed=seed)
                 row["counts"]["random-neighbors"][budget] = ablation.instruction_count
                 row["seconds"]["random-neighbors"][budget] = ablation.seconds
+                if RANKER_METHOD in methods:
+                    ranked = recommend_pipeline(module, budget, engine=engine, encoder=encoder, ranker=ranker,
+                                                seed=seed)
+                    row["counts"][RANKER_METHOD][budget] = ranked.instruction_count
+                    row["seconds"][RANKER_METHOD][budget] = ranked.seconds
                 if CORESET_METHOD in methods:
                     fixed = recommend_pipeline(module, budget, library=library, engine=engine, neighbor_indices=[],
                                                coreset_share=1.0, seed=seed)
@@ -199,8 +216,9 @@ def _markdown(report: dict) -> str:
         lines.append(f"| {m} | " + " | ".join(f"{report['fraction_better_than_oz'][m][str(b)]:.3f}" for b in budgets)
                      + " |")
     lines += ["", "Wall time per program (seconds, 2 cores; pqbert-library includes the embedding when it was "
-              "measured, not when read from the store; random and greedy run once at the largest budget, their time at a "
-              "smaller budget is prorated by compilations):", "",
+              "measured, not when read from the store; a ranker that reads the module includes its probes; random "
+              "and greedy run once at the largest budget, their time at a smaller budget is prorated by "
+              "compilations):", "",
               "| method | " + " | ".join(f"budget {b}" for b in budgets) + " |", "|---|" + "---:|" * len(budgets)]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{report['seconds_per_program'][m][str(b)]:.3f}" for b in budgets)
