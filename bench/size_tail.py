@@ -2,7 +2,7 @@
 ``mean+counts`` and ``mean+changes``.
 
     python bench/size_tail.py STORE --states DIR [--score-split valid|test] [--seeds 0,1,2] [--max-epochs 60]
-                              [--only NAME,...] [--ir2vec] [--out bench/results]
+                              [--only NAME,...] [--ir2vec] [--oz-only] [--out bench/results]
 
 On the shipped encoder's rows (its probe set and reaction), the same MLP heads as ``bpq evaluate`` (train on
 train, early stopping on valid, scored on test; with ``--score-split valid``: stopped on a hashed eighth of the
@@ -24,7 +24,8 @@ inner cross-validation) on:
 program vectors (the optional extra behavioral-pq[ir2vec]; the states are replayed to read their IR, which takes
 most of the run).
 
-Scores: -Oz benefit MAE (points) on the split's modules, and best next pass Top-1 on its states. Writes
+Scores: -Oz benefit MAE (points) on the split's modules, also by size bucket (over all modules and over the real
+ones), and best next pass Top-1 on its states. Writes
 ``size-tail-<split>.json`` and prints a Markdown table.
 """
 
@@ -67,10 +68,12 @@ def main() -> int:
     parser.add_argument("--score-split", choices=("test", "valid"), default="valid")
     parser.add_argument("--only", metavar="NAME,...", help="fit only these representations")
     parser.add_argument("--ir2vec", action="store_true", help="add IR2Vec program vectors (representation ir2vec)")
+    parser.add_argument("--oz-only", action="store_true", help="score -Oz benefit only (no states)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
     from behavioral_pq.corpus import Corpus
+    from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_buckets
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.reports.downstream import _fit_rows, head_parts, ir2vec_of_items
     from behavioral_pq.tasks.datasets import module_items, state_items
@@ -95,39 +98,64 @@ def main() -> int:
     X = {split: chosen(representations(part, encoder), part) for split, part in parts.items()}
     y = {split: part.oz_benefit() for split, part in parts.items()}
     groups = {split: list(part.groups) for split, part in parts.items()}
+    scored = parts["test"]
+    slices = {"all": np.ones(len(scored), bool)}          # by size bucket, over every module and the real ones
+    buckets = np.array(size_buckets(scored.instruction_count))
+    real = np.array([kind_of.get(g) == "real" for g in scored.groups])
+    for bucket in BUCKET_NAMES:
+        slices[bucket] = buckets == bucket
+        slices[f"real {bucket}"] = (buckets == bucket) & real
+    slices = {k: v for k, v in slices.items() if v.any()}
+
+    def by_slice(predictions: np.ndarray) -> dict:
+        errors = np.abs(predictions - np.asarray(y["test"], np.float64)) * 100.0
+        return {k: {"n": int(v.sum()), "mae": float(errors[v].mean())} for k, v in slices.items()}
+
     for name in X["test"]:
         x = {split: X[split][name] for split in X}
-        mlp = [OzBenefitRegressor(replace(settings, seed=seed)).fit(x["train"], y["train"], x["valid"], y["valid"])
-               .score(x["test"], y["test"]) for seed in seeds]
-        linear = LinearOzProbe().fit(*_fit_rows(x, y, groups)).score(x["test"], y["test"])
-        result["oz"][name] = {"dims": int(x["test"].shape[1]), "mlp": mlp, "linear": linear}
+        models = [OzBenefitRegressor(replace(settings, seed=seed)).fit(x["train"], y["train"], x["valid"], y["valid"])
+                  for seed in seeds]
+        mlp = [model.score(x["test"], y["test"]) for model in models]
+        probe = LinearOzProbe().fit(*_fit_rows(x, y, groups))
+        linear = probe.score(x["test"], y["test"])
+        result["oz"][name] = {"dims": int(x["test"].shape[1]), "mlp": mlp, "linear": linear,
+                              "mlp_by_slice": [by_slice(model.predict(x["test"])) for model in models],
+                              "linear_by_slice": by_slice(probe.predict(x["test"]))}
         print(f"oz {name}: MLP {np.mean(mlp):.2f} ± {np.std(mlp):.2f}, linear {linear:.2f}", file=sys.stderr)
 
-    sparts = head_parts(state_items(args.states), kind_of, score_split=args.score_split)
-    X = {split: chosen(representations(part, encoder), part, args.states) for split, part in sparts.items()}
-    y = {split: part.next_pass_sets() for split, part in sparts.items()}
-    groups = {split: list(part.groups) for split, part in sparts.items()}
-    for name in X["test"]:
-        x = {split: X[split][name] for split in X}
-        mlp = []
-        for seed in seeds:
-            model = BestPassClassifier(replace(settings, seed=seed), num_classes=125)
-            model.fit(x["train"], y["train"], x["valid"], y["valid"])
-            mlp.append(top_k_accuracy(model.predict_proba(x["test"]), y["test"], 1) * 100)
-        linear = LinearBestPassProbe(125).fit(*_fit_rows(x, y, groups)).score(x["test"], y["test"]) * 100
-        result["states_top1"][name] = {"mlp": mlp, "linear": linear}
-        print(f"states {name}: MLP {np.mean(mlp):.1f} ± {np.std(mlp):.1f}, linear {linear:.1f}", file=sys.stderr)
+    if not args.oz_only:
+        sparts = head_parts(state_items(args.states), kind_of, score_split=args.score_split)
+        X = {split: chosen(representations(part, encoder), part, args.states) for split, part in sparts.items()}
+        y = {split: part.next_pass_sets() for split, part in sparts.items()}
+        groups = {split: list(part.groups) for split, part in sparts.items()}
+        for name in X["test"]:
+            x = {split: X[split][name] for split in X}
+            mlp = []
+            for seed in seeds:
+                model = BestPassClassifier(replace(settings, seed=seed), num_classes=125)
+                model.fit(x["train"], y["train"], x["valid"], y["valid"])
+                mlp.append(top_k_accuracy(model.predict_proba(x["test"]), y["test"], 1) * 100)
+            linear = LinearBestPassProbe(125).fit(*_fit_rows(x, y, groups)).score(x["test"], y["test"]) * 100
+            result["states_top1"][name] = {"mlp": mlp, "linear": linear}
+            print(f"states {name}: MLP {np.mean(mlp):.1f} ± {np.std(mlp):.1f}, linear {linear:.1f}", file=sys.stderr)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"size-tail-{args.score_split}{'-' + args.only.replace(',', '-') if args.only else ''}.json"
+    path = out / (f"size-tail-{args.score_split}{'-' + args.only.replace(',', '-') if args.only else ''}"
+                  f"{'-oz' if args.oz_only else ''}.json")
     path.write_text(json.dumps(result, indent=1))
     print("\n| representation | dims | -Oz MAE, MLP | -Oz MAE, linear | states Top-1, MLP | states Top-1, linear |\n"
           "|---|---:|---:|---:|---:|---:|")
     for name, oz in result["oz"].items():
-        st = result["states_top1"][name]
+        st = result["states_top1"].get(name, {"mlp": [np.nan], "linear": np.nan})
         print(f"| {name} | {oz['dims']} | {np.mean(oz['mlp']):.2f} ± {np.std(oz['mlp']):.2f} | {oz['linear']:.2f} | "
               f"{np.mean(st['mlp']):.1f} ± {np.std(st['mlp']):.1f} | {st['linear']:.1f} |")
+    print("\n-Oz MAE by slice of the scored split (MLP: mean over seeds / linear)\n\n| representation | "
+          + " | ".join(f"{k} ({v.sum()})" for k, v in slices.items()) + " |\n|---|" + "---:|" * len(slices))
+    for name, oz in result["oz"].items():
+        cells = [f"{np.mean([run[k]['mae'] for run in oz['mlp_by_slice']]):.2f} / {oz['linear_by_slice'][k]['mae']:.2f}"
+                 for k in slices]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"wrote {path}")
     return 0
 
