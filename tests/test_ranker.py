@@ -349,6 +349,29 @@ def test_cli_measures_fits_shows_and_optimizes_with_a_ranker(cli_store, capsys):
     assert code == 0 and load_ranker(cli_store / "spectrum").dim == (load_encoder().probe_set.num_probes + 1) * 56
 
 
+def test_cli_measure_extends_a_folder_with_its_own_pool(cli_store, capsys, tmp_path, engine):
+    """A folder whose pool is not the library's (deepened, or made by hand) takes more modules measured on its
+    own pool; naming a library whose pool differs is refused."""
+    import shutil
+
+    store, data = cli_store / "store", tmp_path / "data"
+    shutil.copytree(cli_store / "tiny-data", data)
+    before = load_ranker_data(data)
+    assert before.pool == TINY_POOL and len(before.shas) == 5
+    code, stdout, _ = bpq_main(capsys, "ranker", "measure", store, "--out", data, "--json")
+    summary = json.loads(stdout)
+    train = Corpus(store).split("train")
+    after = load_ranker_data(data)
+    assert code == 0 and summary["pool"] == len(TINY_POOL) and summary["failures"] == []
+    assert after.pool == TINY_POOL and set(train) <= set(after.shas) and set(before.shas) <= set(after.shas)
+    assert summary["written"] == len(set(train) - set(before.shas)) > 0
+    module = next(Corpus(store).iter_modules(only={next(s for s in train if s not in before.shas)}))
+    _, counts = measure_pool(module, TINY_POOL, engine)
+    assert after.values[after.shas.index(module.sha256)].tolist() == [float(c) for c in counts]
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--out", data, "--library", "shipped")
+    assert code != 0 and "holds rows of another pool" in err
+
+
 def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_store, capsys, tmp_path):
     store = cli_store / "store"
     rows, gains, pool = synthetic(8)

@@ -29,7 +29,7 @@ the penalty chosen by cross-validation over the store's split groups, so that a 
 def _library(args):
     from behavioral_pq.tasks.guidance import default_library, load_library
 
-    return default_library() if args.library == "shipped" else load_library(args.library)
+    return default_library() if args.library in (None, "shipped") else load_library(args.library)
 
 
 def _encoder(args):
@@ -61,7 +61,7 @@ def cmd_measure(args) -> int:
     import numpy as np
 
     from behavioral_pq.corpus.reader import Corpus
-    from behavioral_pq.tasks.guidance.ranker import load_ranker_data, measure_pool_rows, ranker_pool
+    from behavioral_pq.tasks.guidance.ranker import load_ranker_data, measure_pool_rows, open_ranker_data, ranker_pool
 
     if args.programs is not None and args.programs < 1:
         raise ValueError(f"--programs must be >= 1, got {args.programs}")
@@ -79,7 +79,10 @@ def cmd_measure(args) -> int:
                                               if args.max_instructions else ""))
     if args.programs is not None and args.programs < len(shas):
         shas = sorted(np.random.default_rng(args.seed).choice(shas, args.programs, replace=False).tolist())
-    pool = ranker_pool(_library(args))
+    if (out / "pool.json").exists() and args.library is None:
+        pool = open_ranker_data(out)        # resumed or extended: the folder's pool, deepened or not
+    else:
+        pool = ranker_pool(_library(args))  # a new folder; or the library's pool, checked against the folder's
     written, failures = measure_pool_rows(corpus.iter_modules(only=set(shas)), out, pool,
                                           progress=not args.json, total=len(shas))
     rows = len(load_ranker_data(out).shas)
@@ -232,8 +235,9 @@ def add_parsers(sub) -> None:
     m.add_argument("--max-instructions", type=int, metavar="N", help="leave out modules larger than N")
     m.add_argument("--programs", type=int, metavar="N", help="a random sample of N modules (default: all)")
     m.add_argument("--seed", type=int, default=0, help="seed of the --programs sample (the pool does not change)")
-    m.add_argument("--library", default="shipped", metavar="DIR",
-                   help="program library whose coreset and best pipelines join the pool (default: shipped)")
+    m.add_argument("--library", metavar="DIR",
+                   help="program library whose coreset and best pipelines join the pool of a new folder (default: "
+                        "the shipped one; a folder that holds rows keeps its own pool, deepened or not)")
     m.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     m.set_defaults(func=cmd_measure)
 
