@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from behavioral_pq.corpus.states import (
 )
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
-from behavioral_pq.errors import PredictorError
+from behavioral_pq.errors import PredictorError, ToolError
 from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _held_out, evaluate, head_parts
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
@@ -178,6 +179,30 @@ def test_ir2vec_reads_llvm19_modules_once_their_newer_syntax_is_lowered():
     assert "expected type" in str(raw_errors[failed[0]]) and np.isnan(raw[failed]).all()
     kept = [i for i in range(len(texts)) if i not in failed]
     assert np.allclose(raw[kept], vectors[kept])                      # the others are read as before
+
+
+def test_an_ir2vec_vector_out_of_float32_range_is_an_error_not_infinity(monkeypatch):
+    """IR2Vec's flow-aware sums pass 3.4e38 on some large modules: such a row stays NaN with an error (seen on
+    the real test projects), the others are kept, in the batch and a module at a time."""
+    import behavioral_pq.tasks.ir2vec as ir2vec_module
+
+    huge = np.full(300, 1.0)
+    huge[7] = 1e39
+    vectors = {"a": np.arange(300.0), "b": huge, "c": np.full(300, -2.5)}
+
+    def fake_run(paths, out, timeout):
+        if len(paths) > 1 and fake_run.batch_fails:
+            raise ToolError("the batch failed")
+        np.save(out, np.stack([vectors[Path(p).read_text()] for p in paths]))
+
+    monkeypatch.setattr(ir2vec_module, "_run", fake_run)
+    for batch_fails in (False, True):
+        fake_run.batch_fails = batch_fails
+        out, errors = ir2vec_vectors(["a", "b", "c"], lower=False)
+        assert errors[0] is None and errors[2] is None and "out of float32 range (largest magnitude 1e+39)" in \
+            str(errors[1])
+        assert np.array_equal(out[0], np.arange(300.0, dtype=np.float32)) and (out[2] == -2.5).all()
+        assert np.isnan(out[1]).all() and out.dtype == np.float32
 
 
 def test_next_pass_labels_have_an_explicit_no_pass_class():

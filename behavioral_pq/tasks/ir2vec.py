@@ -109,7 +109,7 @@ def ir2vec_vectors(texts: Sequence[str], *, lower: bool = True, timeout: float =
             paths.append(path)
         try:
             _run(paths, folder / "all.npy", timeout)
-            out[:] = np.load(folder / "all.npy")
+            _keep_finite(np.load(folder / "all.npy"), range(len(paths)), out, errors)
             return out, errors
         except (ToolError, ToolTimeoutError) as exc:
             if len(paths) == 1:
@@ -118,10 +118,22 @@ def ir2vec_vectors(texts: Sequence[str], *, lower: bool = True, timeout: float =
         for i, path in enumerate(paths):          # the batch failed: a module at a time, to keep the others
             try:
                 _run([path], folder / f"m{i}.npy", timeout)
-                out[i] = np.load(folder / f"m{i}.npy")[0]
+                _keep_finite(np.load(folder / f"m{i}.npy"), [i], out, errors)
             except (ToolError, ToolTimeoutError) as exc:
                 errors[i] = exc
     return out, errors
+
+
+def _keep_finite(vectors: np.ndarray, rows: Sequence[int], out: np.ndarray, errors: list) -> None:
+    """Copy IR2Vec's float64 vectors into float32 ``out`` at ``rows``; a vector with a value float32 cannot hold
+    (IR2Vec's flow-aware sums grow past 3.4e38 on some large modules) or that is not finite stays NaN, with an
+    error, instead of entering a head as infinity."""
+    for row, vector in zip(rows, np.asarray(vectors, np.float64)):
+        if np.isfinite(vector).all() and np.abs(vector).max(initial=0.0) <= np.finfo(np.float32).max:
+            out[row] = vector
+        else:
+            errors[row] = ToolError(f"IR2Vec gave a vector out of float32 range (largest magnitude "
+                                    f"{np.nanmax(np.abs(vector)):.3g})")
 
 
 __all__ = ["IR2VEC_DIM", "LLVM19_SYNTAX", "available", "ir2vec_vectors", "lower_syntax"]
