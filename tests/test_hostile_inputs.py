@@ -525,6 +525,18 @@ def test_a_predictor_naming_an_unknown_pooling_is_refused(tmp_path):
         load_predictor(folder)
 
 
+def test_a_predictor_whose_pooling_its_encoder_cannot_give_is_refused_with_a_predictor_error():
+    """mean+changes reads log-relative rows: under an encoder of absolute reactions the predictor is refused in
+    its own error type, not a ValueError from the encoder."""
+    from behavioral_pq.embedding.encoder import load_encoder
+    from behavioral_pq.tasks.predictors import PredictorError, load_predictor
+
+    absolute = load_encoder(pooling="mean")
+    absolute.reaction = "absolute"
+    with pytest.raises(PredictorError, match="absolute"):
+        load_predictor(BEST_PASS, encoder=absolute)
+
+
 def test_a_library_naming_an_unknown_pooling_is_refused_with_a_library_error(tmp_path):
     folder = artifact_copy(tmp_path, LIBRARY)
     config = json.loads((folder / "library.json").read_text())

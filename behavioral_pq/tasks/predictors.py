@@ -149,7 +149,10 @@ def load_predictor(path: Union[str, os.PathLike, None] = None, *, kind: Optional
     pooling = config.get("pooling", "mean")
     if pooling not in POOLINGS:
         raise PredictorError(f"{path}: unknown pooling {pooling!r} (known: {', '.join(POOLINGS)})")
-    encoder = (encoder or load_encoder()).with_pooling(pooling)     # same weights, the predictor's pooling
+    try:
+        encoder = (encoder or load_encoder()).with_pooling(pooling)     # same weights, the predictor's pooling
+    except ValueError as exc:          # a pooling this encoder cannot give (mean+changes of absolute reactions)
+        raise PredictorError(f"{path}: {exc}") from None
     check_encoder(path, config.get("encoder", {}), encoder, PredictorError,
                   "pass the encoder it was trained on (--checkpoint) or retrain it (bpq train)", verb="trained")
     check_files(path, config, PredictorError)
