@@ -109,7 +109,7 @@ def main():
     # 3. encoder throughput: per-module forward (what embed does) vs batches of 64
     shape = (256, encoder.model.config.num_probes, encoder.model.config.num_subspaces)
     codes = np.random.default_rng(0).integers(0, 256, size=shape).astype(np.uint8)
-    rows = np.zeros(shape[:2] + (56,), np.float32)          # what a "mean+counts" pooling reads its tail from
+    rows = np.zeros(shape[:2] + (56,), np.float32)          # what a count pooling reads its tail from
     per_module = timed(lambda: encoder.embed_inputs(codes, rows=rows), 3)
     with torch.inference_mode():
         x = torch.from_numpy(codes.astype(np.int64))

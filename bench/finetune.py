@@ -51,7 +51,7 @@ def main() -> int:
     y = np.asarray(items.oz_benefit(), np.float64)
     codes = encoder.model_inputs(items.spectra, items.autophase)
     rows = encoder.reaction_rows(items.spectra, items.autophase)
-    extra = encoder.readout(rows)                   # what the pooling appends (the "mean+counts" tail), not tuned
+    extra = encoder.readout(rows)                   # what the pooling appends (the count tail), not tuned
     X = embeddings(items, encoder)
     masks = slices([kinds.get(h, "small") for h in np.array(items.ids)[test]], items.instruction_count[test])
     seeds = [int(s) for s in args.seeds.split(",")]
