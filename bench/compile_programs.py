@@ -72,7 +72,7 @@ def main() -> int:
                 else module
             trials = Trials(built, engine, 1, objective="text-size", target=target)   # as bpq compile does
             trials.run([SIZE_SEEDS], "-Os")
-            optimized = optimize(built, steps_pipeline(trials.best()[0]), target=target)
+            optimized = optimize(built, steps_pipeline(trials.best()[0]), target=trials.target_for(trials.best()[0]))
             outline = args.outline == "on"
             if args.outline == "auto":
                 outline, row["text"], row["text_plain"] = smaller_codegen(optimized.bitcode)

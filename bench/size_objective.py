@@ -125,9 +125,11 @@ def main() -> int:
     import behavioral_pq as bpq
     from behavioral_pq.core.target import Target
     from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, smaller_codegen, text_size
+    from behavioral_pq.artifacts import with_pooling_of
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
     from behavioral_pq.tasks.guidance import default_library, load_library, recommend_pipeline
+    from behavioral_pq.tasks.guidance.trials import candidate_target
 
     flags = shlex.split(args.cflags)
     programs = [] if args.tasks == "none" else [("shipped tasks", t.name, t.source, []) for t in load_tasks(args.tasks)]
@@ -143,6 +145,11 @@ def main() -> int:
         name, _, path = item.partition("=")
         libraries[name] = load_library(path, encoder=encoder)
     libraries = libraries or {"shipped": default_library(encoder, "text-size")}
+    # each library is searched on embeddings of its own pooling (the shipped library's is not the encoder's default)
+    poolings = {lib.encoder.get("pooling", "mean") for lib in libraries.values()}
+    if len(poolings) > 1:
+        raise SystemExit("--library: the libraries were embedded under different poolings; compare them in two runs")
+    encoder = with_pooling_of(encoder, next(iter(libraries.values())).encoder)
     def outlined(bitcode):
         return smaller_codegen(bitcode, cpu=target.cpu or None)[1]
 
@@ -175,7 +182,7 @@ def main() -> int:
                     row["searched"][label] = found.text_size
                     row["method"][label] = found.method
                     row["outlined"]["searched"][label] = outlined(
-                        bpq.optimize(module, found.pipeline, target=target).bitcode)
+                        bpq.optimize(module, found.pipeline, target=candidate_target(target, found.steps)).bitcode)
                     assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
             if whole_program:
                 whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
@@ -189,7 +196,7 @@ def main() -> int:
                                                objective="text-size", target=target)
                     row["whole_searched"][label] = found.text_size
                     row["outlined"]["whole_searched"][label] = outlined(
-                        bpq.optimize(whole, found.pipeline, target=target).bitcode)
+                        bpq.optimize(whole, found.pipeline, target=candidate_target(target, found.steps)).bitcode)
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)

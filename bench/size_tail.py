@@ -18,7 +18,9 @@ inner cross-validation) on:
   NumStoreInst, NumPHIInst (``encoder.COUNT_NAMES``);
 - ``mean+changes`` (pooling ``mean+changes``): ``mean+counts`` with the probe rows' reactions as relative
   changes, ``expm1`` of the log-relative ones: the unit of the -Oz benefit;
-- ``mean+raw``: the mean followed by the whole rows.
+- ``mean+raw``: the mean followed by the whole rows;
+- ``autophase``, ``instcount``, ``raw-spectrum``: the field's baselines as ``bpq evaluate`` forms them (log1p of
+  the module's counts; the probes' log-relative rows without the module row, flattened).
 
 ``--only`` keeps the named representations (the others are not fitted). ``--ir2vec`` adds ``ir2vec``: IR2Vec
 program vectors (the optional extra behavioral-pq[ir2vec]; the states are replayed to read their IR, which takes
@@ -55,6 +57,10 @@ def representations(items, encoder) -> dict:
         reps[f"mean+{name}"] = np.hstack([mean, values])
     reps["mean+changes"] = np.hstack([mean, encoder.with_pooling("mean+changes").readout(rows)])
     reps["mean+raw"] = np.hstack([mean, reps["raw"]])
+    n = len(items)                                       # the field's baselines, as bpq evaluate forms them
+    reps["autophase"] = np.log1p(np.maximum(items.autophase, 0))
+    reps["instcount"] = np.log1p(np.maximum(items.instcount, 0))
+    reps["raw-spectrum"] = items.spectra.reshape(n, -1)
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in reps.items()}
 
 

@@ -494,6 +494,7 @@ def test_what_is_written_for_a_target_is_never_more_than_its_oz(examples):
 def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_world, engine, examples, tmp_path):
     from behavioral_pq.core.target import Target
     from behavioral_pq.core.toolchain import text_size
+    from behavioral_pq.tasks.guidance.trials import candidate_target
 
     module = examples["matmul"]
     target = Target(Target.host().triple, "", "")                # the module's own CPU, as bpq compile for size
@@ -503,17 +504,18 @@ def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_
     assert found.objective == "text-size" and found.compilations == 5 and len(found.tried) == 5
     assert counting.pipelines >= found.compilations + 1          # every candidate and -Oz were compiled
 
-    def bytes_after(pipeline):
-        return text_size(bpq.optimize(module, pipeline, target=target).bitcode)
+    def bytes_after(steps):   # each candidate compiled as clang -Oz marks functions, size levels their own way
+        return text_size(bpq.optimize(module, " ".join(steps), target=candidate_target(target, steps)).bitcode)
 
-    assert found.oz_text_size == bytes_after("Oz")               # independent re-measurements
-    assert found.text_size == bytes_after(found.pipeline) <= found.oz_text_size
+    assert found.oz_text_size == bytes_after(["-Oz"])            # independent re-measurements
+    assert found.text_size == bytes_after(found.steps) <= found.oz_text_size
     assert found.improvement == found.oz_text_size / found.text_size >= 1.0
     assert found.tried[0][0] == ("-Os",)                          # the size seed comes first
     assert found.text_size <= found.tried[0][1]
     for steps, value in found.tried[:2]:                         # candidates scored by bytes, not instructions
-        assert value == bytes_after(" ".join(steps))
-    assert found.instruction_count == bpq.optimize(module, found.pipeline, target=target).instruction_count
+        assert value == bytes_after(steps)
+    assert found.instruction_count == bpq.optimize(module, found.pipeline,
+                                                   target=candidate_target(target, found.steps)).instruction_count
     with pytest.raises(ValueError, match="objective must be one of"):
         recommend_pipeline(module, 1, library=lib_world["library"], engine=engine, objective="runtime")
     with pytest.raises(ValueError, match="learn=True needs a library of the objective searched for"):
@@ -535,6 +537,7 @@ def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_
 
 def test_libraries_merge_into_one_that_finds_the_same_programs(lib_world, tmp_path):
     from behavioral_pq.tasks.guidance import merge_libraries
+    from behavioral_pq.tasks.guidance.trials import candidate_target
 
     library = lib_world["library"]
     half = len(library) // 2
@@ -561,6 +564,7 @@ def test_a_text_size_library_holds_bytes_and_serves_only_the_text_size_objective
     from behavioral_pq.core.target import Target
     from behavioral_pq.core.toolchain import text_size
     from behavioral_pq.tasks.guidance import merge_libraries
+    from behavioral_pq.tasks.guidance.trials import candidate_target
 
     target = Target(Target.host().triple, "", "")
     programs = lib_world["train"][:3]
@@ -568,13 +572,13 @@ def test_a_text_size_library_holds_bytes_and_serves_only_the_text_size_objective
                             engine=engine, ga=TINY_GA, objective="text-size", target=target)
     library = load_library(tmp_path / "text", encoder=lib_world["encoder"])
     assert library.objective == "text-size" and lib_world["library"].objective == "ir-count"
-    assert library.settings["target"] == {"triple": target.triple, "cpu": "", "features": ""}
+    assert library.settings["target"] == {"triple": target.triple, "cpu": "", "features": "", "size": ""}
     modules = {m.sha256: m for m in Corpus(lib_world["store"]).iter_modules(only=set(programs))}
     for entry in library.programs:                                # bytes, re-measured independently
         module = modules[entry.program]
 
         def bytes_after(steps):
-            return text_size(bpq.optimize(module, " ".join(steps), target=target).bitcode)
+            return text_size(bpq.optimize(module, " ".join(steps), target=candidate_target(target, steps)).bitcode)
 
         assert entry.oz_count == bytes_after(["-Oz"])
         steps, value = entry.best()

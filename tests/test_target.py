@@ -128,3 +128,62 @@ def test_cli_compile_size_objective_keeps_the_modules_cpu(tmp_path, capsys):
     assert "target mode for the module CPU" in capsys.readouterr().out
     assert main(["compile", str(source), "--cpu", "x86-64-v3", "-o", str(tmp_path / "lib.o")]) == 0
     assert "target mode for x86-64-v3" in capsys.readouterr().out
+
+
+def _size_marks(module) -> set:
+    """The size attributes on the module's definitions' attribute groups ('minsize', 'optsize')."""
+    import re
+
+    text = module.text()
+    groups = set(re.findall(r"^define [^{]*?#(\d+)", text, re.M))
+    found = set()
+    for number in groups:
+        line = re.search(rf"^attributes #{number} = \{{(.*)\}}", text, re.M).group(1)
+        found |= {mark for mark in ("minsize", "optsize") if re.search(rf"\b{mark}\b", line)}
+    return found
+
+
+def test_a_size_target_marks_every_definition_as_clang_marks_it_whatever_the_pipeline(loop):
+    host = Target.host()
+    plain = Target(host.triple, "")
+    assert _size_marks(bpq.optimize(loop, "instcombine", target=plain)) == set()
+    assert _size_marks(bpq.optimize(loop, "instcombine", target=Target(host.triple, "", size="Oz"))) == {
+        "minsize", "optsize"}
+    assert _size_marks(bpq.optimize(loop, "instcombine", target=Target(host.triple, "", size="Os"))) == {"optsize"}
+    assert _size_marks(bpq.optimize(loop, "Oz", target=plain)) == {"minsize", "optsize"}   # a size level marks
+    assert _size_marks(bpq.optimize(loop, "instcombine")) == set()                     # measure mode: none
+    with pytest.raises(ValueError, match="target size must be one of"):
+        Target(host.triple, "", size="O3")
+
+
+def test_text_size_candidates_are_compiled_for_size_unless_they_are_a_size_level():
+    from dataclasses import replace
+
+    from behavioral_pq.tasks.guidance.trials import candidate_target
+
+    plain = Target(Target.host().triple, "")
+    assert candidate_target(plain, ("-instcombine", "-simplifycfg")) == replace(plain, size="Oz")
+    assert candidate_target(plain, ("-Os", "-instcombine")) == plain        # -Os keeps its own optsize alone
+    assert candidate_target(plain, ("-Oz",)) == plain
+    assert candidate_target(None, ("-instcombine",)) is None                # measure mode
+    assert candidate_target(replace(plain, size="Os"), ("-gvn",)) == replace(plain, size="Os")  # a user's choice
+
+
+def test_optimize_size_marks_reproduces_what_a_text_size_search_compiled(loop, tmp_path, capsys):
+    source = tmp_path / "scale.c"
+    source.write_text(LOOP)
+    out = tmp_path / "marked.ll"
+    assert main(["optimize", str(source), "--passes", "instcombine", "--size-marks", "Oz", "--json",
+                 "-o", str(out)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["target"]["size"] == "Oz"
+    assert _size_marks(bpq.load_module(out)) == {"minsize", "optsize"}
+    assert main(["optimize", str(source), "--passes", "instcombine", "--json", "-o", str(out), "--overwrite"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["size"] == ""
+    assert _size_marks(bpq.load_module(out)) == set()
+    for extra, message in ((["--target", "measure"], "needs target mode"), (["--auto"], "is for --passes")):
+        args = ["optimize", str(source), "--size-marks", "Oz", *extra]
+        if "--auto" not in extra:
+            args += ["--passes", "instcombine"]
+        assert main(args) == 2
+        assert message in capsys.readouterr().err

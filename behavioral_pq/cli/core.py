@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,7 @@ def cmd_optimize(args) -> int:
     started = time.monotonic()    # --seconds counts from here, imports included
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.tasks.guidance import describe_steps
+    from behavioral_pq.tasks.guidance.trials import candidate_target
 
     if bool(args.passes) == bool(args.auto):
         raise ValueError("give either --passes or --auto (see bpq optimize --help)")
@@ -124,11 +126,20 @@ def cmd_optimize(args) -> int:
         raise ValueError("--seconds limits the --auto search: give --auto")
     if args.ranker and not args.auto:
         raise ValueError("--ranker chooses the --auto search's candidates: give --auto")
+    if args.size_marks:
+        if target is None:
+            raise ValueError("--size-marks marks functions for the code generator, which needs target mode: drop "
+                             "--target measure")
+        if args.auto:
+            raise ValueError("--size-marks is for --passes: --auto --objective text-size marks its candidates itself")
+        target = replace(target, size=args.size_marks)
     if args.auto:
         if args.objective == "text-size":
             target = size_target(args, target)
         auto = run_auto(args, module, target, started)
         found, result = auto["recommendation"], auto["result"]
+        if found.objective == "text-size":           # what the written module was compiled for (its size marks)
+            target = candidate_target(target, found.steps)
         pipeline = found.pipeline if auto["note"] is None else "default<Oz>"
     else:
         pipeline = parse_passes(args.passes)
@@ -137,7 +148,9 @@ def cmd_optimize(args) -> int:
     if output:
         result.save(output)
     before, after = module.instruction_count, result.instruction_count
-    where = f"target mode, {target.cpu or 'the module CPU'}" if target else "measure mode"
+    where = (f"target mode, {target.cpu or 'the module CPU'}"
+             + (f", functions marked as clang -{target.size} marks them" if target.size else "")
+             if target else "measure mode")
     # one -Oz figure per mode: the search's (measure mode for ir-count), and the written module's when it differs
     modes = {}
     if found is not None:
@@ -290,6 +303,11 @@ def add_parsers(sub) -> None:
                         "library: its picks first, then a local search around the best (ir-count only)")
     p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
     add_target_arguments(p)
+    p.add_argument("--size-marks", choices=("Oz", "Os"),
+                   help="with --passes in target mode: mark every function definition minsize/optsize (Oz) or "
+                        "optsize (Os) before the passes, as clang -Oz / -Os marks them, whatever the passes are; "
+                        "what --auto --objective text-size compiles its candidates with (its --json names the "
+                        "marks in target.size)")
     p.add_argument("-o", "--output", metavar="OUT", help="write the result (.bc: bitcode, else text IR)")
     add_overwrite_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")

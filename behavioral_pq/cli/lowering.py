@@ -204,6 +204,7 @@ def cmd_compile(args) -> int:
     from behavioral_pq.lowering.harness import defines_main, harness_for
     from behavioral_pq.lowering.speed import SpeedBackend
     from behavioral_pq.tasks.guidance import Trials, describe_steps, recommend_pipeline
+    from behavioral_pq.tasks.guidance.trials import candidate_target
     from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS
 
     if args.auto_passes and args.passes:
@@ -252,6 +253,7 @@ def cmd_compile(args) -> int:
         print(f"3. choose     {backend.last.chosen.label}")
         optimized = module
     else:
+        built_for = target
         if args.auto_passes:
             # for size in target mode each candidate is compiled and its .text measured; in measure mode, the
             # library's own objective (IR instructions) is all there is
@@ -260,6 +262,7 @@ def cmd_compile(args) -> int:
                 found = recommend_pipeline(module, args.budget, objective=objective, target=target, progress=bar,
                                            ranker=ranker, encoder=encoder)
             pipeline = found.pipeline
+            built_for = candidate_target(target, found.steps)    # as the search compiled it
             result = (f".text: -Oz gives {found.oz_text_size} bytes, this {found.text_size}" if target is not None
                       else f"-Oz gives {found.oz_count} instructions, this {found.instruction_count}")
             print(f"2. recommend  {len(found.steps)} steps by {found.method} in {found.compilations}/{found.budget} "
@@ -275,7 +278,7 @@ def cmd_compile(args) -> int:
             pipeline = steps_pipeline(steps)
             print(f"2. passes     {steps[0].lstrip('-')} (.text: -Oz {trials.oz_count} bytes, "
                   f"-Os {trials.counts[SIZE_SEEDS] or 'failed'})")
-        optimized = optimize(module, pipeline, target=target).verify()
+        optimized = optimize(module, pipeline, target=built_for).verify()
         print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
         outline = args.outline == "on"
         if args.outline == "auto" and args.backend == "llc" and target is not None:

@@ -329,7 +329,7 @@ class Engine:
         for target mode (see :mod:`behavioral_pq.core.target`). ``deadline``: a ``time.monotonic()`` value past
         which the run is stopped and DeadlineError raised (checked only before it starts with ``workers=0``)."""
         check_pipeline(pipeline)
-        spec = (target.triple, target.cpu, target.features) if target is not None else ("", "", "")
+        spec = (target.triple, target.cpu, target.features, target.size) if target is not None else ("",) * 4
         if self.workers == 0:
             _check_deadline(deadline, name)
             return self._in_process(lambda: native.run_pipeline(bitcode, pipeline, None, *spec), InvalidIRError)

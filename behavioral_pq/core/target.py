@@ -17,6 +17,10 @@ from typing import Optional, Union
 from behavioral_pq.core._native_loader import native
 
 
+#: What :attr:`Target.size` may be: no marking, or clang -Oz's / -Os's marks on every definition.
+SIZE_LEVELS = ("", "Oz", "Os")
+
+
 @dataclass(frozen=True)
 class Target:
     """A code-generation target.
@@ -27,11 +31,20 @@ class Target:
             the CPU each function was compiled for (its ``"target-cpu"`` attribute: what clang -O3 of the same
             source would target).
         features: extra ``+feature,-feature`` list on top of the CPU's own ("" for none).
+        size: ``"Oz"`` or ``"Os"`` to compile every function definition as clang -Oz / -Os compiles it, whatever
+            the pipeline: marked ``minsize``/``optsize`` (Oz) or ``optsize`` (Os) before the first pass, as
+            clang's front end marks them (passes and the code generator read the marks). ``""`` (default): only
+            a ``default<Oz>`` / ``default<Os>`` pipeline marks them.
     """
 
     triple: str
     cpu: str = "generic"
     features: str = ""
+    size: str = ""
+
+    def __post_init__(self):
+        if self.size not in SIZE_LEVELS:
+            raise ValueError(f"target size must be one of {SIZE_LEVELS}, got {self.size!r}")
 
     @classmethod
     def host(cls) -> "Target":

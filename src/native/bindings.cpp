@@ -82,17 +82,19 @@ PYBIND11_MODULE(_native, m) {
   }, "Empty string if the new-PM pipeline parses, else the parser's message.");
 
   m.def("run_pipeline", [](const py::bytes &bitcode, const std::string &pipeline, const py::object &progress,
-                           const std::string &triple, const std::string &cpu, const std::string &features) {
+                           const std::string &triple, const std::string &cpu, const std::string &features,
+                           const std::string &size) {
     std::string in = bytesOf(bitcode), out;
     Progress p = progressOf(progress);
     {
       py::gil_scoped_release release;
-      out = runPipeline(in, pipeline, p, TargetSpec{triple, cpu, features});
+      out = runPipeline(in, pipeline, p, TargetSpec{triple, cpu, features, size});
     }
     return py::bytes(out);
   }, py::arg("bitcode"), py::arg("pipeline"), py::arg("progress") = py::none(), py::arg("triple") = "",
-     py::arg("cpu") = "", py::arg("features") = "",
-     "Apply a pipeline; an empty triple is measure mode (no TargetMachine), else target mode for triple/cpu.");
+     py::arg("cpu") = "", py::arg("features") = "", py::arg("size") = "",
+     "Apply a pipeline; an empty triple is measure mode (no TargetMachine), else target mode for triple/cpu "
+     "(size \"Oz\" / \"Os\": every definition marked minsize/optsize first, as clang -Oz / -Os marks them).");
 
   m.def("host_target", [] {
     TargetSpec host = hostTarget();

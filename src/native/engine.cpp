@@ -290,10 +290,11 @@ void retarget(Module &M, const TargetMachine &tm, const TargetSpec &spec) {
 std::string runPipeline(std::string_view bitcode, const std::string &pipeline, const Progress &progress,
                         const TargetSpec &target) {
   if (!target.triple.empty()) {
-    // Compiled as clang -O<level> would: a size pipeline (default<Oz> / default<Os>) marks the definitions
-    // minsize/optsize and (Oz) leaves the vectorizers off; any other is tuned as clang's -O2 and above.
-    const bool oz = pipeline.find("default<Oz>") != std::string::npos;
-    const bool os = pipeline.find("default<Os>") != std::string::npos;
+    // Compiled as clang -O<level> would: a size pipeline (default<Oz> / default<Os>), or a size target (any
+    // pipeline compiled as clang -Oz / -Os compiles its own), marks the definitions minsize/optsize and (Oz)
+    // leaves the vectorizers off; any other is tuned as clang's -O2 and above.
+    const bool oz = target.size == "Oz" || pipeline.find("default<Oz>") != std::string::npos;
+    const bool os = target.size == "Os" || pipeline.find("default<Os>") != std::string::npos;
     PipelineTuningOptions tuning;  // the defaults leave SLP off
     tuning.LoopVectorization = tuning.SLPVectorization = !oz;
     tuning.LoopUnrolling = tuning.LoopInterleaving = true;

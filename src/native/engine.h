@@ -51,10 +51,13 @@ struct Progress {
 // target, and every function definition gets the matching "target-cpu"/"target-features"/"tune-cpu"
 // attributes, as clang -march=CPU would have written them (the code generator reads those). An empty `cpu`
 // keeps the attributes the module has (the CPU it was compiled for; TTI reads them per function).
+// `size` "Oz" or "Os" marks every definition minsize/optsize (Oz) or optsize (Os) before any pipeline, as
+// clang's front end does at that level; "" marks them only for a default<Oz> / default<Os> pipeline.
 struct TargetSpec {
   std::string triple;
   std::string cpu;
   std::string features;
+  std::string size;
 };
 // The host: its triple, CPU name and CPU features ("+avx2,+fma,..."), as clang -march=native sees them.
 TargetSpec hostTarget();

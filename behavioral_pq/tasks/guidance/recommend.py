@@ -349,7 +349,7 @@ def recommend_and_optimize(module, budget: int = 10, *, library: Optional[Progra
         return found, Module(kept, name=module.name, source=module.source)
     if callable(progress):
         trials.report("build")
-    result = optimize(module, found.pipeline, engine=engine, target=trials.target)
+    result = optimize(module, found.pipeline, engine=engine, target=trials.target_for(found.steps))
     if result.instruction_count != found.instruction_count:
         raise RuntimeError(f"{module.name}: the recommended pipeline gave {result.instruction_count} instructions "
                            f"when re-run, {found.instruction_count} when searched (non-deterministic pass?)")

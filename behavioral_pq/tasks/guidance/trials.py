@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from behavioral_pq.core.catalog import steps_pipeline
@@ -48,6 +48,23 @@ class SearchProgress:
 ProgressCallback = Callable[[SearchProgress], None]
 
 
+#: The candidates of a text-size search that carry their own size marks (see :func:`candidate_target`).
+SIZE_LEVEL_STEPS = ("-Oz", "-Os")
+
+
+def candidate_target(target: Optional[Target], steps: Iterable[str]) -> Optional[Target]:
+    """The target a text-size candidate is compiled for: ``target`` with every definition marked as clang -Oz
+    marks it (``minsize``, ``optsize``; :attr:`Target.size` "Oz") before the candidate's passes, unless the
+    candidate holds a size level (``-Oz``, ``-Os``) that marks them its own way. A pipeline searched for bytes is
+    meant for code built for size, and the code generator reads the marks: an unmarked candidate was compiled for
+    speed after its passes (functions aligned, longer encodings), which a size build never is. ``-Os`` keeps its
+    own ``optsize`` alone (with ``minsize`` as well it lost on 1 of 10 train-split whole programs that it won).
+    ``None`` (measure mode) stays None."""
+    if target is None or target.size or any(step in SIZE_LEVEL_STEPS for step in steps):
+        return target
+    return replace(target, size="Oz")
+
+
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -63,7 +80,9 @@ class Trials:
     ``text-size``); ``history[i]`` is the best value after i + 1 compilations.
 
     ``target`` (text-size only): the :class:`~behavioral_pq.core.target.Target` the pipelines run for; default
-    the host's triple keeping the CPU each function was compiled for (what ``bpq compile`` does for size).
+    the host's triple keeping the CPU each function was compiled for (what ``bpq compile`` does for size). Each
+    candidate runs for :func:`candidate_target` of it (:meth:`target_for`): marked for size as clang -Oz marks
+    functions, unless it is a size level of its own.
 
     ``progress``: called with a :class:`SearchProgress` after -Oz and after each batch measured (``start``: the
     ``time.monotonic()`` its ``seconds`` count from; default now). ``oz_seconds`` is how long -Oz took: about
@@ -104,6 +123,10 @@ class Trials:
             self.progress(SearchProgress(phase, self.compilations, self.budget, best, self.oz_count,
                                          time.monotonic() - self.start, self.objective, done, total))
 
+    def target_for(self, steps: Iterable[str]) -> Optional[Target]:
+        """The target ``steps`` are compiled for in this search (None in measure mode): :func:`candidate_target`."""
+        return candidate_target(self.target, steps)
+
     @property
     def left(self) -> int:
         return self.budget - self.compilations
@@ -131,7 +154,7 @@ class Trials:
         for steps in candidates:
             try:
                 bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
-                                                   target=self.target, deadline=deadline)
+                                                   target=self.target_for(steps), deadline=deadline)
                 left = 120.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
@@ -168,7 +191,7 @@ class Trials:
         bitcode = self._kept[steps][1] if steps in self._kept else None
         if bitcode is None:
             bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
-                                               target=self.target)
+                                               target=self.target_for(steps))
         return load_module(bitcode, name=self.module.name, engine=self.engine).instruction_count
 
     def result(self, steps: Steps) -> Optional[bytes]:
