@@ -187,3 +187,52 @@ def test_optimize_size_marks_reproduces_what_a_text_size_search_compiled(loop, t
             args += ["--passes", "instcombine"]
         assert main(args) == 2
         assert message in capsys.readouterr().err
+
+
+FOUR = """#include <stdio.h>
+int g1, g2, g3, g4, g5;
+#define BODY(i) g1 = a * 7 + b; g2 = (a ^ b) * 13; g3 = p[a] + p[b] * 3; g4 = g1 * g2 - g3; g5 = p[g1 & 3] ^ g4; \\
+                p[i] = g1 + g2 + g3 + g4 + g5; p[i] += a;
+void f0(int *p, int a, int b) { BODY(0) }
+void f1(int *p, int a, int b) { BODY(1) }
+void f2(int *p, int a, int b) { BODY(2) }
+void f3(int *p, int a, int b) { BODY(3) }
+int main(void) {
+  int a[4] = {1, 2, 3, 4};
+  f0(a, 1, 2); f1(a, 2, 3); f2(a, 0, 1); f3(a, 3, 0);
+  printf("%d %d %d %d %d\\n", a[0], a[1], a[2], a[3], g5);
+  return 0;
+}
+"""
+
+
+def test_oz_outline_outlines_what_functions_share_and_the_program_still_runs(tmp_path):
+    from behavioral_pq.core.catalog import resolve_pipeline
+    from behavioral_pq.core.toolchain import text_size
+
+    assert resolve_pipeline("Oz-outline") == resolve_pipeline("-Oz-outline") == "default<Oz>,iroutliner,default<Oz>"
+    source = tmp_path / "four.c"
+    source.write_text(FOUR)
+    module = bpq.load_module(source)
+    target = Target.module_cpus()
+    oz, outlined = bpq.optimize(module, "Oz", target=target), bpq.optimize(module, "Oz-outline", target=target)
+    assert "outlined_ir_func" in outlined.text() and "outlined_ir_func" not in oz.text()
+    assert text_size(outlined.bitcode) < 0.9 * text_size(oz.bitcode)           # 450 -> 333 bytes here
+    binary = tmp_path / "four"
+    assert main(["compile", str(source), "--passes", "Oz-outline", "-o", str(binary)]) == 0   # run, checked
+    import subprocess
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "742 457 -2528 -218 -1100\n"
+
+
+def test_a_text_size_search_tries_the_ir_outliner_second(tmp_path):
+    from behavioral_pq.core.toolchain import text_size
+    from behavioral_pq.tasks.guidance import recommend_pipeline
+
+    source = tmp_path / "four.c"
+    source.write_text(FOUR)
+    module = bpq.load_module(source)
+    target = Target.module_cpus()
+    found = recommend_pipeline(module, 3, objective="text-size", target=target)
+    assert [steps for steps, _ in found.tried[:2]] == [("-Os",), ("-Oz-outline",)]
+    outlined = text_size(bpq.optimize(module, "Oz-outline", target=target).bitcode)
+    assert found.tried[1][1] == outlined and found.text_size <= outlined < found.oz_text_size

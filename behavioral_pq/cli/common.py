@@ -20,8 +20,8 @@ from behavioral_pq.errors import CompileError
 
 PASSES_EPILOG = """\
 passes: catalog flags ("--passes='-sroa -gvn'" or "--passes=-sroa,-gvn"), catalog indices ("--passes 1,57"),
-Oz / Os / O3 / O2 / O1 / O0 (O0: none; joins a program's files into one module), or a raw LLVM new-PM pipeline
-("--passes 'function(sroa),gvn'").
+Oz / Os / O3 / O2 / O1 / O0 (O0: none; joins a program's files into one module), Oz-outline (-Oz, LLVM's IR
+outliner, -Oz again: for size), or a raw LLVM new-PM pipeline ("--passes 'function(sroa),gvn'").
 Environment: BPQ_WORKERS (worker processes), BPQ_TIMEOUT (seconds per pipeline run), BPQ_DEBUG=1 (tracebacks).
 """
 

@@ -16,9 +16,12 @@ from behavioral_pq.errors import UnknownPassError
 
 CATALOG_VERSION = "llvm-v0/llvm19-1"
 
-#: Named whole-pipeline baselines.
+#: Named whole pipelines a step may stand for: the optimization levels, and ``Oz-outline``: -Oz, then LLVM's IR
+#: outliner (``iroutliner``: similar instruction sequences in several functions become one function and calls;
+#: clang's pipelines leave it off, and it is not in CompilerGym's action space), then -Oz again to tidy what it
+#: leaves. A size candidate of the text-size search (BENCHMARKS "The IR outliner as a size candidate").
 BASELINES = {"Oz": "default<Oz>", "O3": "default<O3>", "O2": "default<O2>", "O1": "default<O1>",
-             "Os": "default<Os>", "O0": "default<O0>"}
+             "Os": "default<Os>", "O0": "default<O0>", "Oz-outline": "default<Oz>,iroutliner,default<Oz>"}
 
 #: LLVM 19's ``default<Oz>`` pipeline written with catalog passes, in order: the passes of
 #: ``opt-19 -passes='default<Oz>' -print-pipeline-passes`` that the catalog has (analyses, openmp-opt,
