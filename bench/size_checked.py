@@ -29,6 +29,7 @@ def main() -> int:
     from behavioral_pq.lowering.harness import TaskHarness
     from behavioral_pq.lowering.tasks import load_tasks
     from behavioral_pq.tasks.guidance import recommend_and_optimize
+    from behavioral_pq.tasks.guidance.trials import candidate_target
 
     target = Target.module_cpus()
     rows = []
@@ -37,7 +38,7 @@ def main() -> int:
         try:
             found, module = recommend_and_optimize(task.module(), args.budget, objective="text-size", target=target)
             row.update(text_size=found.text_size, oz_text_size=found.oz_text_size, method=found.method,
-                       marked=found.steps[0] not in ("-Oz", "-Os"))
+                       marked=candidate_target(target, found.steps).size == "Oz")
             with TaskHarness(task) as harness:
                 row["stage"] = LlcBackend().lower(module, harness).verdict.stage
         except Exception as exc:  # noqa: BLE001 - one task's failure is recorded, the run goes on
