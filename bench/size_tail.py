@@ -47,6 +47,7 @@ TAILS = {"ti": ("TotalInsts",), "ti+blocks": ("TotalInsts", "TotalBlocks"), "ti+
 
 def representations(items, encoder) -> dict:
     from behavioral_pq.core.features import AUTOPHASE_FEATURES
+    from behavioral_pq.reports.downstream import baseline_representations
 
     rows = encoder.reaction_rows(items.spectra, items.autophase)                            # (N, P', 56)
     mean = encoder.with_pooling("mean").embed_spectra(items.spectra, items.autophase, 256)  # (N, H)
@@ -57,10 +58,8 @@ def representations(items, encoder) -> dict:
         reps[f"mean+{name}"] = np.hstack([mean, values])
     reps["mean+changes"] = np.hstack([mean, encoder.with_pooling("mean+changes").readout(rows)])
     reps["mean+raw"] = np.hstack([mean, reps["raw"]])
-    n = len(items)                                       # the field's baselines, as bpq evaluate forms them
-    reps["autophase"] = np.log1p(np.maximum(items.autophase, 0))
-    reps["instcount"] = np.log1p(np.maximum(items.instcount, 0))
-    reps["raw-spectrum"] = items.spectra.reshape(n, -1)
+    baselines = baseline_representations(items)          # the field's baselines, as bpq evaluate forms them
+    reps.update({name: baselines[name] for name in ("autophase", "instcount", "raw-spectrum")})
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in reps.items()}
 
 

@@ -143,18 +143,23 @@ def ir2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
     return vectors, len(failed)
 
 
+def baseline_representations(items: ItemSet) -> Dict[str, np.ndarray]:
+    """The baselines that need no encoder: name -> float32 (N, D_name): the prior (no input), log1p of the
+    module's Autophase and InstCount counts, the raw spectrum flattened (P x 56) and it followed by Autophase."""
+    n = len(items)
+    autophase = np.log1p(np.maximum(items.autophase, 0)).astype(np.float32)
+    spectrum = items.spectra.reshape(n, -1).astype(np.float32)
+    return {"prior": np.zeros((n, 1), np.float32), "autophase": autophase,
+            "instcount": np.log1p(np.maximum(items.instcount, 0)).astype(np.float32),
+            "raw-spectrum": spectrum, "spectrum+autophase": np.concatenate([spectrum, autophase], axis=1)}
+
+
 def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, object]] = None,
                     extra: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """Every representation of the items: name -> float32 (N, D_name); ``extra`` adds precomputed ones after the
     baselines (IR2Vec)."""
-    n = len(items)
-    autophase = np.log1p(np.maximum(items.autophase, 0)).astype(np.float32)
     reps = {
-        "prior": np.zeros((n, 1), np.float32),
-        "autophase": autophase,
-        "instcount": np.log1p(np.maximum(items.instcount, 0)).astype(np.float32),
-        "raw-spectrum": items.spectra.reshape(n, -1).astype(np.float32),
-        "spectrum+autophase": np.concatenate([items.spectra.reshape(n, -1).astype(np.float32), autophase], axis=1),
+        **baseline_representations(items),
         **(extra or {}),
         MAIN: embeddings(items, encoder),
         "no-transformer": no_transformer_embeddings(items, encoder),
