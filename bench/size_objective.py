@@ -25,7 +25,9 @@ Each of these is also measured with llc's machine outliner where it makes the .t
 codegen choice is seen apart from the pipeline's, and against the LTO-like baseline given the same choice.
 Ratios are ours over the baseline's (below 1: smaller); geometric means per group. With ``--library NAME=DIR``
 (repeatable) each library's search is measured in the same run on the same embedding (default: the shipped
-library for text size, named ``shipped``); ``--skip-linked`` searches whole programs only as ``--whole-program``
+library for text size, named ``shipped``); ``--ranker NAME=DIR`` (repeatable) adds the search of a text-size pipeline
+ranker (``bpq ranker fit`` on ``bpq ranker measure --objective text-size`` rows; ``shipped`` for the shipped one),
+and ``--no-library`` leaves the library out; ``--skip-linked`` searches whole programs only as ``--whole-program``
 builds them. Writes ``size_objective.json`` (or ``--name``) and prints a markdown table.
 """
 
@@ -114,6 +116,11 @@ def main() -> int:
                         help="at most N whole programs of each project, spread evenly over its sizes (default: all)")
     parser.add_argument("--library", action="append", default=[], metavar="NAME=DIR",
                         help="program library to search with, repeatable (default: shipped=the shipped one)")
+    parser.add_argument("--ranker", action="append", default=[], metavar="NAME=DIR",
+                        help="text-size pipeline ranker to search with as well, repeatable (bpq ranker fit on "
+                             "text-size rows); 'shipped' names the shipped one")
+    parser.add_argument("--no-library", action="store_true",
+                        help="search with the --ranker rankers only (no library search, no embedding)")
     parser.add_argument("--skip-linked", action="store_true",
                         help="whole programs: search only the --whole-program build (its baseline: whole -Oz)")
     parser.add_argument("--out", default="bench/results")
@@ -129,6 +136,7 @@ def main() -> int:
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
     from behavioral_pq.tasks.guidance import default_library, load_library, recommend_pipeline
+    from behavioral_pq.tasks.guidance.ranker import default_ranker, load_ranker
     from behavioral_pq.tasks.guidance.trials import candidate_target
 
     flags = shlex.split(args.cflags)
@@ -144,12 +152,26 @@ def main() -> int:
     for item in args.library:
         name, _, path = item.partition("=")
         libraries[name] = load_library(path, encoder=encoder)
-    libraries = libraries or {"shipped": default_library(encoder, "text-size")}
+    if not args.no_library:
+        libraries = libraries or {"shipped": default_library(encoder, "text-size")}
+    elif libraries:
+        raise SystemExit("--no-library with --library: choose one")
+    rankers = {}
+    for item in args.ranker:
+        name, _, path = item.partition("=")
+        rankers[name] = default_ranker("text-size") if path == "shipped" else load_ranker(path)
+        if rankers[name] is None or rankers[name].objective != "text-size":
+            raise SystemExit(f"--ranker {item}: not a text-size ranker")
+    if not libraries and not rankers:
+        raise SystemExit("nothing to search with: give --ranker, or leave out --no-library")
+    searches = {**{label: {"library": lib} for label, lib in libraries.items()},
+                **{label: {"ranker": r} for label, r in rankers.items()}}
     # each library is searched on embeddings of its own pooling (the shipped library's is not the encoder's default)
     poolings = {lib.encoder.get("pooling", "mean") for lib in libraries.values()}
     if len(poolings) > 1:
         raise SystemExit("--library: the libraries were embedded under different poolings; compare them in two runs")
-    encoder = with_pooling_of(encoder, next(iter(libraries.values())).encoder)
+    if libraries:
+        encoder = with_pooling_of(encoder, next(iter(libraries.values())).encoder)
     def outlined(bitcode):
         return smaller_codegen(bitcode, cpu=target.cpu or None)[1]
 
@@ -172,13 +194,14 @@ def main() -> int:
                        outlined={"target_oz": outlined(oz), "searched": {}, "whole_searched": {}})
             if not (whole_program and args.skip_linked):
                 start = time.perf_counter()
-                embedding = encoder.embed(module)
+                embedding = encoder.embed(module) if libraries else None
                 embed_seconds = time.perf_counter() - start
-                for label, library in libraries.items():
+                for label, how in searches.items():
                     start = time.perf_counter()
-                    found = recommend_pipeline(module, args.budget, library=library, embedding=embedding,
-                                               objective="text-size", target=target)
-                    row["search_seconds"][label] = embed_seconds + time.perf_counter() - start
+                    found = recommend_pipeline(module, args.budget, embedding=embedding, objective="text-size",
+                                               target=target, **how)
+                    row["search_seconds"][label] = (embed_seconds if "library" in how else 0.0) \
+                        + time.perf_counter() - start
                     row["searched"][label] = found.text_size
                     row["method"][label] = found.method
                     row["outlined"]["searched"][label] = outlined(
@@ -190,10 +213,16 @@ def main() -> int:
                 whole_oz = bpq.optimize(whole, "Oz", target=target).bitcode
                 row["whole_oz"] = text_size(whole_oz)
                 row["outlined"]["whole_oz"] = outlined(whole_oz)
-                embedding = encoder.embed(whole)
-                for label, library in libraries.items():
-                    found = recommend_pipeline(whole, args.budget, library=library, embedding=embedding,
-                                               objective="text-size", target=target)
+                start = time.perf_counter()
+                embedding = encoder.embed(whole) if libraries else None
+                embed_seconds = time.perf_counter() - start
+                row["whole_seconds"] = {}
+                for label, how in searches.items():
+                    start = time.perf_counter()
+                    found = recommend_pipeline(whole, args.budget, embedding=embedding, objective="text-size",
+                                               target=target, **how)
+                    row["whole_seconds"][label] = (embed_seconds if "library" in how else 0.0) \
+                        + time.perf_counter() - start
                     row["whole_searched"][label] = found.text_size
                     row["outlined"]["whole_searched"][label] = outlined(
                         bpq.optimize(whole, found.pipeline, target=candidate_target(target, found.steps)).bitcode)
@@ -250,6 +279,7 @@ def main() -> int:
                     "whole_smaller_than_whole_oz": sum(r < 1 for r in g["whole_vs_lto"][label])})
     result = {"config": {"budget": b, "tasks": args.tasks, "sources": args.sources, "cflags": args.cflags,
                          "libraries": {label: str(lib.path) for label, lib in libraries.items()},
+                         "rankers": {label: str(r.path) for label, r in rankers.items()},
                          "target": target.to_dict(), "host": platform.processor() or platform.machine(),
                          "command": " ".join(shlex.quote(a) for a in sys.argv)},
               "summary": summary, "rows": rows}
@@ -260,7 +290,7 @@ def main() -> int:
           f"| median search s | whole -Oz / clang -Oz | whole text-size@{b} / whole -Oz |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, s in summary.items():
-        for label in libraries:
+        for label in searches:
             r = s.get(label, {})
             linked = (f"{r[f'geomean_text_size_at_{b}_vs_clang_oz']:.3f} | {r['smaller_than_clang_oz']} | "
                       f"{r['larger_than_clang_oz']} | {r['median_search_seconds']:.1f}"

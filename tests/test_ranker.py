@@ -9,6 +9,7 @@ import pytest
 from conftest import EXAMPLES
 from test_downstream import varied_programs
 from test_guidance import CountingEngine
+from test_target import FOUR
 
 import behavioral_pq as bpq
 from behavioral_pq.artifacts import encoder_identity, seal
@@ -394,7 +395,7 @@ def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_stor
              (("optimize", matmul, "--auto", "--ranker", tmp_path / "probes", "--library", tmp_path, "--learn"),
               "drop --library"),
              (("compile", matmul, "--auto-passes", "--ranker", tmp_path / "probes", "-o", tmp_path / "bin"),
-              "give --target measure"),
+              "or --target measure"),
              (("compile", matmul, "--ranker", tmp_path / "probes", "-o", tmp_path / "bin"), "give --auto-passes"),
              (("ranker", "show", corrupt), "digest mismatch"),
              (("ranker", "show", tmp_path / "full"), "not a pipeline ranker"),
@@ -424,3 +425,136 @@ def test_the_shipped_ranker_chooses_by_default_and_false_asks_for_the_library(en
     assert len(retrieval.neighbors) == 8 and [s for s, _ in retrieval.tried][:6] != tried[:6]
     size = recommend_pipeline(examples["matmul"], 2, engine=engine, objective="text-size")
     assert size.objective == "text-size" and len(size.neighbors) == 8    # text size keeps the library
+
+
+# ------------------------------------------------------------------------------------------- the text-size objective
+
+#: Text-size candidates: the size levels with one pass after them (measured from their shared result), the IR
+#: outliner, and plain passes (compiled with size marks).
+SIZE_POOL = [("-Os",), ("-Oz-outline",), (OZ, "-gvn"), (OZ, "-mergefunc"), ("-Oz-outline", "-mergefunc"),
+             ("-Os", "-instcombine"), ("-gvn",), B, (OZ, OZ)]
+#: Four functions with one body (FOUR of test_target without its main): the IR outliner shares it.
+TWINS_C = FOUR[FOUR.index("int g1"):FOUR.index("int main")]
+
+
+def from_scratch_bytes(module, steps, engine, target):
+    """.text bytes after ``steps`` run on ``module`` from scratch, compiled as a text-size search compiles it."""
+    from behavioral_pq.core.catalog import steps_pipeline
+    from behavioral_pq.core.toolchain import text_size
+    from behavioral_pq.tasks.guidance.trials import candidate_target
+
+    bitcode = engine.run_pipeline(module.bitcode, steps_pipeline(steps), module.name,
+                                  target=candidate_target(target, steps))
+    return text_size(bitcode, cpu=target.cpu or None)
+
+
+@pytest.fixture(scope="module")
+def size_rows(tmp_path_factory, examples):
+    """Text-size rows of SIZE_POOL on the twins and three examples, and those modules."""
+    from behavioral_pq import Engine
+
+    root = tmp_path_factory.mktemp("size-rows")
+    (root / "twins.c").write_text(TWINS_C)
+    modules = [bpq.load_module(root / "twins.c")] + [examples[n] for n in ("sum_array", "matmul", "list_sort")]
+    with Engine(workers=2, timeout=60) as engine:
+        assert measure_pool_rows(modules, root / "rows", SIZE_POOL, engine=engine, objective="text-size",
+                                 chunk=2) == (4, [])
+    return root / "rows", modules
+
+
+def test_text_size_rows_are_the_bytes_each_pipeline_gives_from_scratch(size_rows, engine):
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.tasks.guidance.trials import measure_text_pool
+
+    folder, modules = size_rows
+    data = load_ranker_data(folder, "text-size")
+    target = Target.module_cpus()
+    assert data.objective == "text-size" and data.pool == SIZE_POOL
+    assert data.shas == [m.sha256 for m in modules] and data.names == [m.name for m in modules]
+    for module, oz, row in zip(modules, data.oz, data.values):
+        assert oz == from_scratch_bytes(module, (OZ,), engine, target)
+        assert row.tolist() == [from_scratch_bytes(module, s, engine, target) for s in SIZE_POOL]
+    twins = data.values[0]
+    assert twins[SIZE_POOL.index(("-Oz-outline",))] < data.oz[0]    # the outliner shares the four bodies
+    with pytest.raises(RankerError, match="holds text-size rows, not ir-count"):
+        load_ranker_data(folder)
+    assert load_ranker_data(folder, None).objective == "text-size"
+    with pytest.raises(RankerError, match="another pool"):
+        measure_pool_rows(modules, folder, SIZE_POOL[:-1], engine=engine, objective="text-size")
+    counting = CountingEngine(engine)                                # resumed: nothing measured again
+    assert measure_pool_rows(modules, folder, SIZE_POOL, engine=counting, objective="text-size") == (0, [])
+    assert counting.pipelines == 0
+    # a pass that changes nothing after -Oz gives -Oz's bitcode: llc is not run for it again
+    oz, values = measure_text_pool(modules[1], [(OZ, "-gvn"), (OZ, "-gvn", "-gvn")], engine, target)
+    assert values == [oz, oz]
+
+
+def test_a_text_size_ranker_tries_the_size_seeds_then_its_picks_and_refuses_the_other_objective(
+        size_rows, engine, tmp_path):
+    from behavioral_pq.core.target import Target
+
+    folder, modules = size_rows
+    data = load_ranker_data(folder, "text-size")
+    ranker = PipelineRanker.fit(np.zeros((len(data.shas), 0)), data.gains, data.pool, "none",
+                                objective="text-size")
+    ranker.save(tmp_path / "size-ranker")
+    ranker = load_ranker(tmp_path / "size-ranker")
+    assert ranker.objective == "text-size"
+    twins = modules[0]
+    found = recommend_pipeline(twins, 5, ranker=ranker, engine=engine, objective="text-size")
+    tried = [steps for steps, _ in found.tried]
+    picks = ranker.choose(None, 1, exclude=[(OZ,), ("-Os",), ("-Oz-outline",)])   # round(5 * 0.6) - 2 seeds
+    assert tried[:3] == [("-Os",), ("-Oz-outline",)] + picks and found.compilations == 5
+    target = Target.module_cpus()
+    assert found.text_size == from_scratch_bytes(twins, found.steps, engine, target) < found.oz_text_size
+    with pytest.raises(ValueError, match="trained for the text-size objective"):
+        recommend_pipeline(twins, 4, ranker=ranker, engine=engine)
+    with pytest.raises(ValueError, match="trained for the ir-count objective"):
+        recommend_pipeline(twins, 4, ranker=default_ranker(), engine=engine, objective="text-size")
+
+
+def test_cli_measures_the_text_size_of_whole_programs_and_fits_a_ranker_on_them(tmp_path, capsys):
+    """Two programs of one project, each main linked with the units it needs and made internal as a
+    --whole-program build makes it; rows of their bytes under a folder's own pool; a ranker grouped by project."""
+    from behavioral_pq.corpus import from_compile_commands
+    from behavioral_pq.corpus.programs import split_whole_programs
+    from behavioral_pq.tasks.guidance.ranker import open_ranker_data
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    sources = {"app.c": "void f0(int*, int, int); void f1(int*, int, int); void f2(int*, int, int);\n"
+                        "int main(int c, char **v) { int a[4] = {c, 2, 3, 4}; f0(a, c, 1); f1(a, 2, c); "
+                        "f2(a, 1, 0); return a[0]; }\n",
+               "tool.c": "void f3(int*, int, int);\nint main(int c, char **v) { int a[4] = {c, 1}; f3(a, c, 0); "
+                         "return a[3]; }\n",
+               "twins.c": "#include <stdio.h>\n" + TWINS_C}
+    for name, text in sources.items():
+        (project / name).write_text(text)
+    (project / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(project), "file": name, "arguments": ["cc", "-c", name]} for name in sources]))
+    store = tmp_path / "store"
+    build_corpus(from_compile_commands(project / "compile_commands.json", project="p"), store, workers=1,
+                 labels=False)
+    split_corpus(store, fractions=[1.0], names=["train"], seed=0)
+    data, out = tmp_path / "data", tmp_path / "ranker"
+    open_ranker_data(data, SIZE_POOL, "text-size")                  # a small pool; measure keeps a folder's own
+    code, text, err = bpq_main(capsys, "ranker", "measure", store, "--objective", "text-size", "--whole-programs",
+                               "--out", data, "--json")
+    assert code == 0, err
+    summary = json.loads(text)
+    assert (summary["modules"], summary["written"], summary["pool"], summary["failures"]) == (2, 2, 9, [])
+    rows = load_ranker_data(data, "text-size")
+    programs = {p.name: p.module for p in split_whole_programs(store, "train")}
+    assert sorted(rows.names) == sorted(programs) == ["p/app", "p/tool"]
+    assert sorted(rows.shas) == sorted(m.sha256 for m in programs.values())
+    app = programs["p/app"].text()
+    assert "define internal void @f0" in app and "define dso_local i32 @main" in app   # linked, made internal
+    code, text, err = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
+                               "--out", out)
+    assert code == 0, err
+    assert "all in split group 'p'" in text and load_ranker(out).objective == "text-size"
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--out", data)
+    assert code == 2 and "holds text-size rows, not ir-count" in err
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--kind", "small",
+                            "--out", tmp_path / "other")
+    assert code == 2 and "--whole-programs" in err

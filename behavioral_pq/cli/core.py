@@ -294,13 +294,13 @@ def add_parsers(sub) -> None:
                         "compiled, so slower)")
     p.add_argument("--library", metavar="DIR",
                    help="with --auto: try this program library's nearest programs' pipelines and coreset instead of "
-                        "the shipped ranker's picks (--objective text-size always uses a library, by default the "
-                        "shipped one)")
+                        "the shipped ranker's picks")
     p.add_argument("--learn", action="store_true",
                    help="with --auto: keep what the search found in the library (saved back to --library)")
     p.add_argument("--ranker", metavar="DIR",
                    help="with --auto: a pipeline ranker (bpq ranker fit) chooses the candidates instead of the "
-                        "library: its picks first, then a local search around the best (ir-count only)")
+                        "library: its picks first, then a local search around the best (a ranker of the "
+                        "--objective's rows)")
     p.add_argument("--checkpoint", metavar="DIR", help="with --auto: encoder checkpoint (default: the shipped one)")
     add_target_arguments(p)
     p.add_argument("--size-marks", choices=("Oz", "Os"),

@@ -102,9 +102,7 @@ def run_auto(args, module, target=None, started=None) -> dict:
     if getattr(args, "ranker", None):
         if args.library or args.learn:
             raise ValueError("--ranker chooses the candidates instead of a library: drop --library and --learn")
-        if objective != "ir-count":
-            raise ValueError("--ranker is trained for the ir-count objective: drop it for --objective text-size")
-        ranker, encoder = load_checked_ranker(args.ranker, encoder)
+        ranker, encoder = load_checked_ranker(args.ranker, encoder, objective=objective)
     library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
     rebuild = target is not None and objective == "ir-count"   # searched in measure mode, built for the target
     with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar, ThreadPoolExecutor(1) as pool:

@@ -228,10 +228,10 @@ def cmd_compile(args) -> int:
         target = size_target(args, target)
     ranker = encoder = None
     if args.ranker:
-        if target is not None:
-            raise ValueError("--ranker is trained for IR instruction counts, not .text bytes: give --target measure, "
-                             "or drop --ranker")
-        ranker, encoder = load_checked_ranker(args.ranker)
+        # what --auto-passes searches for: .text bytes in target mode, IR instructions in measure mode
+        wanted = "text-size" if target is not None else "ir-count"
+        ranker, encoder = load_checked_ranker(args.ranker, objective=wanted, why=(
+            "give a text-size ranker, or --target measure" if target is not None else "give an ir-count ranker"))
     start = time.monotonic()
     module = original = load_program(args)
     where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"

@@ -16,6 +16,11 @@ example (training data from the train split's real programs, a ranker on the emb
   bpq ranker show my-ranker --top 10
   bpq optimize prog.c --auto --budget 50 --ranker my-ranker
 
+text size (rows of .text bytes of the train split's whole programs, built as bpq compile --whole-program builds them):
+  bpq ranker measure store/ --objective text-size --whole-programs --max-instructions 50000 --out size-data
+  bpq ranker fit size-data --corpus store/ --representation none --out my-size-ranker
+  bpq optimize prog.c --auto --objective text-size --budget 50 --ranker my-size-ranker
+
 measure runs every pipeline of the pool (the generic pipelines, the library's coreset and programs' best
 pipelines, -Oz followed by each catalog pass, random edits of the coreset: about 470) on each module of the split
 and appends the rows to DATA as it goes: a killed run resumes, and another --seed or --programs adds modules to
@@ -43,14 +48,19 @@ READS = {"embedding": "the embedding", "spectrum": "the spectrum and Autophase",
          "none": "no module input (one ranking for every module)"}
 
 
-def load_checked_ranker(path, encoder=None):
+def load_checked_ranker(path, encoder=None, objective=None, why=""):
     """The ranker folder ``path`` (:func:`~behavioral_pq.tasks.guidance.ranker.load_ranker`) and the encoder its
     search needs (``encoder``, or the shipped one for an embedding or spectrum ranker; None for the others),
-    checked to fit each other."""
+    checked to fit each other, and the ranker to be trained for ``objective`` when one is given (``why``: what to
+    do otherwise, for the message)."""
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.tasks.guidance.ranker import check_ranker, load_ranker
 
     ranker = load_ranker(path)
+    if objective is not None and ranker.objective != objective:
+        raise ValueError(f"--ranker {path} is trained for the {ranker.objective} objective, this search is for "
+                         f"{objective}: " + (why or f"give a ranker of {objective} rows (bpq ranker measure "
+                                                   f"--objective {objective})"))
     if ranker.representation in ("embedding", "spectrum"):
         encoder = encoder or load_encoder()
         check_ranker(ranker, encoder)
@@ -60,37 +70,55 @@ def load_checked_ranker(path, encoder=None):
 def cmd_measure(args) -> int:
     import numpy as np
 
+    from behavioral_pq.corpus.programs import split_whole_programs
     from behavioral_pq.corpus.reader import Corpus
-    from behavioral_pq.tasks.guidance.ranker import load_ranker_data, measure_pool_rows, open_ranker_data, ranker_pool
+    from behavioral_pq.tasks.guidance.ranker import (load_ranker_data, measure_pool_rows, open_ranker_data,
+                                                    ranker_pool, text_size_pool)
 
     if args.programs is not None and args.programs < 1:
         raise ValueError(f"--programs must be >= 1, got {args.programs}")
     if args.max_instructions is not None and args.max_instructions < 1:
         raise ValueError(f"--max-instructions must be >= 1, got {args.max_instructions}")
+    if args.whole_programs and args.kind == "small":
+        raise ValueError("--whole-programs are the real projects' programs; --kind small has none")
     out = check_output_folder(args.out)
     if out.is_dir() and any(out.iterdir()) and not (out / "pool.json").exists():
         raise ValueError(f"{out}: exists and holds no ranker training data (pool.json); choose another folder")
     corpus = Corpus(args.store)
-    shas = corpus.narrow(corpus.split(args.split), kind=None if args.kind == "all" else args.kind,
-                         max_instructions=args.max_instructions)
-    if not shas:
-        raise ValueError(f"{args.store}: no {'' if args.kind == 'all' else args.kind + ' '}modules in split "
-                         f"{args.split!r}" + (f" of at most {args.max_instructions} instructions"
-                                              if args.max_instructions else ""))
-    if args.programs is not None and args.programs < len(shas):
-        shas = sorted(np.random.default_rng(args.seed).choice(shas, args.programs, replace=False).tolist())
+    if args.whole_programs:
+        programs = list(split_whole_programs(args.store, args.split, max_instructions=args.max_instructions))
+        if not programs:
+            raise ValueError(f"{args.store}: no whole programs of two units or more in split {args.split!r}"
+                             + (f" of at most {args.max_instructions} instructions" if args.max_instructions
+                                else ""))
+        if args.programs is not None and args.programs < len(programs):
+            keep = sorted(np.random.default_rng(args.seed).choice(len(programs), args.programs, replace=False))
+            programs = [programs[i] for i in keep]
+        modules, total = [p.module for p in programs], len(programs)
+    else:
+        shas = corpus.narrow(corpus.split(args.split), kind=None if args.kind == "all" else args.kind,
+                             max_instructions=args.max_instructions)
+        if not shas:
+            raise ValueError(f"{args.store}: no {'' if args.kind == 'all' else args.kind + ' '}modules in split "
+                             f"{args.split!r}" + (f" of at most {args.max_instructions} instructions"
+                                                  if args.max_instructions else ""))
+        if args.programs is not None and args.programs < len(shas):
+            shas = sorted(np.random.default_rng(args.seed).choice(shas, args.programs, replace=False).tolist())
+        modules, total = corpus.iter_modules(only=set(shas)), len(shas)
     if (out / "pool.json").exists() and args.library is None:
-        pool = open_ranker_data(out)        # resumed or extended: the folder's pool, deepened or not
+        pool = open_ranker_data(out, objective=args.objective)  # resumed or extended: the folder's pool
+    elif args.objective == "text-size":
+        pool = text_size_pool()
     else:
         pool = ranker_pool(_library(args))  # a new folder; or the library's pool, checked against the folder's
-    written, failures = measure_pool_rows(corpus.iter_modules(only=set(shas)), out, pool,
-                                          progress=not args.json, total=len(shas))
-    rows = len(load_ranker_data(out).shas)
+    written, failures = measure_pool_rows(modules, out, pool, objective=args.objective, progress=not args.json,
+                                          total=total)
+    rows = len(load_ranker_data(out, args.objective).shas)
     if args.json:
-        print_json({"data": str(out), "modules": len(shas), "written": written, "rows": rows, "pool": len(pool),
+        print_json({"data": str(out), "modules": total, "written": written, "rows": rows, "pool": len(pool),
                     "failures": failures})
     else:
-        print(f"{out}: {written} rows written ({rows} in all; {len(shas)} modules asked for, a pool of {len(pool)} "
+        print(f"{out}: {written} rows written ({rows} in all; {total} modules asked for, a pool of {len(pool)} "
               f"pipelines), {len(failures)} failed")
         for failure in failures:
             print(f"  failed {failure['program'][:12]}: {failure['error']}")
@@ -139,7 +167,7 @@ def cmd_fit(args) -> int:
     from behavioral_pq.tasks.guidance.ranker import (FORMAT, PipelineRanker, RankerError, load_ranker_data,
                                                     ranker_identity)
 
-    data = load_ranker_data(args.data)
+    data = load_ranker_data(args.data, None)
     if not data.shas:
         raise RankerError(f"{args.data}: no measured rows yet (run: bpq ranker measure STORE --out {args.data})")
     check_replaceable(args.out, config="ranker.json", format=FORMAT, overwrite=args.overwrite, error=RankerError,
@@ -155,7 +183,9 @@ def cmd_fit(args) -> int:
                           "a ranker needs at least 2")
     data = data.subset(kept)
     split_groups = corpus.split_groups()
-    groups = [split_groups.get(s, s) for s in kept]      # a module outside the split: a group of its own
+    # a module outside the split (a whole program, named project/program): its project's group, else its own
+    names = dict(zip(data.shas, data.names or [""] * len(data.shas)))
+    groups = [split_groups.get(s) or (names[s].split("/")[0] if "/" in names[s] else s) for s in kept]
     notes = [f"{left_out} of the {len(kept) + left_out} measured modules left out: "
              + ("no spectra for the encoder's probe set" if encoder is not None else "not in this store")] \
         if left_out else []
@@ -164,7 +194,8 @@ def cmd_fit(args) -> int:
                      "modules instead")
         groups = list(kept)
     ranker = PipelineRanker.fit(rows, data.gains, data.pool, args.representation, groups=groups,
-                                identity=ranker_identity(args.representation, encoder), seed=args.seed)
+                                identity=ranker_identity(args.representation, encoder), seed=args.seed,
+                                objective=data.objective)
     ranker.training.update(data=str(args.data), store=str(args.corpus), groups=len(set(groups)),
                            left_out=left_out, notes=notes)
     ranker.save(args.out, overwrite=args.overwrite)
@@ -238,6 +269,15 @@ def add_parsers(sub) -> None:
     m.add_argument("--library", metavar="DIR",
                    help="program library whose coreset and best pipelines join the pool of a new folder (default: "
                         "the shipped one; a folder that holds rows keeps its own pool, deepened or not)")
+    m.add_argument("--objective", choices=("ir-count", "text-size"), default="ir-count",
+                   help="what the rows count: IR instructions in measure mode (default), or .text bytes of llc's "
+                        "object, each pipeline compiled for the host as a text-size search compiles it (a new "
+                        "folder's pool is then the text-size pool: -Oz, -Os and -Oz with the IR outliner, each "
+                        "followed by one pass, and the shipped ranker's first choices)")
+    m.add_argument("--whole-programs", action="store_true",
+                   help="measure the split's whole programs (each unit defining main linked with the units it needs, "
+                        "every definition but main made internal, as bpq compile --whole-program builds them) "
+                        "instead of its modules")
     m.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     m.set_defaults(func=cmd_measure)
 

@@ -267,3 +267,42 @@ def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Seq
 
 __all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "compile_units", "program_from_compile_commands",
            "program_items", "project_units", "symbols", "whole_programs", "write_data_unit"]
+
+
+@dataclass(frozen=True)
+class WholeProgram:
+    """A whole program of a stored project, linked and made ready for a whole-program build: ``module`` has every
+    definition but ``main`` internal (:func:`~behavioral_pq.core.toolchain.internalize_bitcode`, as ``bpq compile
+    --whole-program`` builds it); ``name`` is ``project/program``; ``group`` the project's split group."""
+
+    name: str
+    project: str
+    group: str
+    instruction_count: int
+    module: object
+
+
+def split_whole_programs(store: os.PathLike, split: str, *, max_instructions: Optional[int] = None):
+    """The whole programs (two units or more) of the store's real projects in ``split``, by project, then size
+    (the units' instruction count), each linked and internalized on demand (a generator of
+    :class:`WholeProgram`; a program that fails to link or internalize is logged and skipped)."""
+    from behavioral_pq.core.toolchain import internalize_bitcode
+    from behavioral_pq.corpus.reader import Corpus
+
+    corpus = Corpus(store)
+    for project, row in sorted(corpus.projects().items()):
+        if split not in row["splits"]:
+            continue
+        units, bitcode, group = project_units(store, project)
+        programs = sorted((p for p in whole_programs(units) if len(p.units) > 1
+                           and (max_instructions is None or p.instruction_count <= max_instructions)),
+                          key=lambda p: (p.instruction_count, p.name))
+        for program in programs:
+            name = f"{project}/{program.name}"
+            try:
+                linked = link_bitcode([bitcode[u.sha256] for u in program.units], what=name)
+                module = load_module(internalize_bitcode(linked), name=name)
+            except BPQError as exc:
+                logger.warning("%s: left out (%s)", name, exc)
+                continue
+            yield WholeProgram(name, project, group, program.instruction_count, module)

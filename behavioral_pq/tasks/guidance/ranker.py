@@ -46,7 +46,9 @@ from behavioral_pq.artifacts import (
     versions,
 )
 from behavioral_pq.core.engine import default_engine
+from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.core.target import Target
 from behavioral_pq.embedding.encoder import shipped
 from behavioral_pq.errors import BPQError, RankerError
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
@@ -59,6 +61,7 @@ from behavioral_pq.tasks.guidance.library import (
     encode_steps,
     mutate_steps,
 )
+from behavioral_pq.tasks.guidance.trials import OBJECTIVES, check_objective, measure_text_pool
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +118,27 @@ def ranker_pool(library: Optional[ProgramLibrary] = None, *, library_best: int =
     return list(pool)
 
 
+#: The whole-pipeline steps a text-size pool starts from: -Oz, -Os, and -Oz with LLVM's IR outliner.
+SIZE_HEADS = ("-Oz", "-Os", "-Oz-outline")
+#: The instruction-count ranker's first choices (without module input) that join a text-size pool.
+SIZE_POOL_RANKED = 150
+
+
+def text_size_pool(ranker: Optional["PipelineRanker"] = None, *, ranked: int = SIZE_POOL_RANKED) -> List[Steps]:
+    """The candidate pipelines of a text-size ranker: the generic pipelines, -Os, -Oz-outline, each of
+    :data:`SIZE_HEADS` followed by one catalog pass, and the first ``ranked`` choices of ``ranker`` (an
+    instruction-count ranker; default the shipped one) without module input: what shrinks IR often shrinks code,
+    and what the size levels leave undone is one pass away from them."""
+    pool: Dict[Steps, None] = dict.fromkeys(GENERIC)
+    pool.update(dict.fromkeys((head,) for head in SIZE_HEADS))
+    for head in SIZE_HEADS:
+        pool.update(dict.fromkeys((head, p.flag) for p in PASSES))
+    ranker = ranker if ranker is not None else default_ranker("ir-count")
+    pool.update(dict.fromkeys(ranker.choose(None, ranked)))
+    pool.pop((OZ,), None)
+    return list(pool)
+
+
 def gains_matrix(oz: np.ndarray, values: np.ndarray) -> np.ndarray:
     """float32 (N, K) gains ``log(oz / value)`` from -Oz's values int (N,) and the pool's float (N, K) (NaN where
     a pipeline failed), floored at :data:`GAIN_FLOOR` (failures too)."""
@@ -139,6 +163,7 @@ class RankerData:
     oz: np.ndarray
     values: np.ndarray
     seconds: np.ndarray
+    names: Optional[List[str]] = None
 
     @property
     def gains(self) -> np.ndarray:
@@ -148,7 +173,8 @@ class RankerData:
         index = {s: i for i, s in enumerate(self.shas)}
         rows = [index[s] for s in keep if s in index]
         return RankerData(self.pool, self.objective, [self.shas[i] for i in rows], self.oz[rows],
-                          self.values[rows], self.seconds[rows])
+                          self.values[rows], self.seconds[rows],
+                          [self.names[i] for i in rows] if self.names is not None else None)
 
 
 def _data_config(folder: Path) -> Path:
@@ -156,9 +182,9 @@ def _data_config(folder: Path) -> Path:
 
 
 def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[Steps]] = None,
-                     objective: str = "ir-count") -> List[Steps]:
-    """Create ``folder`` for the rows of ``pool`` (or check that it holds rows of that pool) and return the pool
-    it holds. With ``pool=None`` the folder must exist."""
+                     objective: Optional[str] = "ir-count") -> List[Steps]:
+    """Create ``folder`` for the rows of ``pool`` (or check that it holds rows of that pool and ``objective``;
+    None: whichever it holds) and return the pool it holds. With ``pool=None`` the folder must exist."""
     folder = Path(folder)
     config = _data_config(folder)
     if config.exists():
@@ -167,11 +193,12 @@ def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[St
         held = [decode_steps(s) for s in data["pool"]]
         if pool is not None and [tuple(s) for s in pool] != held:
             raise RankerError(f"{folder}: holds rows of another pool ({len(held)} pipelines); use a new folder")
-        if data.get("objective") != objective:
+        if objective is not None and data.get("objective") != objective:
             raise RankerError(f"{folder}: holds {data.get('objective')} rows, not {objective}")
         return held
     if pool is None:
         raise RankerError(f"{folder}: no ranker training data (pool.json missing)")
+    check_objective(objective or "")
     folder.mkdir(parents=True, exist_ok=True)
     body = {"format": DATA_FORMAT, "format_version": FORMAT_VERSION, "objective": objective,
             "pool": [encode_steps(s) for s in pool], "versions": versions()}
@@ -180,11 +207,22 @@ def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[St
     return list(pool)
 
 
-def load_ranker_data(folder: Union[str, os.PathLike], objective: str = "ir-count") -> RankerData:
-    """Every row written to ``folder`` by :func:`measure_pool_rows` (chunks ``rows-*.npz``)."""
+def data_objective(folder: Union[str, os.PathLike]) -> str:
+    """The objective whose rows ``folder`` holds."""
+    data = read_sealed_config(_data_config(Path(folder)), format=DATA_FORMAT, version=FORMAT_VERSION,
+                              error=RankerError, what="ranker training data")
+    return check_objective(str(data.get("objective")))
+
+
+def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] = "ir-count") -> RankerData:
+    """Every row written to ``folder`` by :func:`measure_pool_rows` (chunks ``rows-*.npz``); ``objective``: the
+    one the rows must be of (None: whichever they are of)."""
     folder = Path(folder)
     pool = open_ranker_data(folder, None, objective)
+    if objective is None:
+        objective = data_objective(folder)
     shas: List[str] = []
+    names: List[str] = []
     oz, values, seconds = [], [], []
     for chunk in sorted(folder.glob("rows-*.npz")):
         if not chunk.is_file() or chunk.is_symlink():
@@ -194,35 +232,41 @@ def load_ranker_data(folder: Union[str, os.PathLike], objective: str = "ir-count
             if v.ndim != 2 or v.shape[1] != len(pool):
                 raise RankerError(f"{chunk}: rows of {v.shape[-1]} pipelines, the pool has {len(pool)}")
             shas += [str(s) for s in data["shas"]]
+            names += [str(s) for s in data["names"]] if "names" in data.files else [""] * len(v)
             oz.append(np.asarray(data["oz"], np.int64))
             values.append(v)
             seconds.append(np.asarray(data["seconds"], np.float64))
     if not shas:
         return RankerData(pool, objective, [], np.zeros(0, np.int64), np.zeros((0, len(pool))), np.zeros(0))
-    return RankerData(pool, objective, shas, np.concatenate(oz), np.concatenate(values), np.concatenate(seconds))
+    return RankerData(pool, objective, shas, np.concatenate(oz), np.concatenate(values), np.concatenate(seconds),
+                      names)
 
 
 def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: Sequence[Steps], *, engine=None,
-                      objective: str = "ir-count", chunk: int = 16, progress: bool = False,
-                      total: Optional[int] = None, known: Optional[RankerData] = None) -> Tuple[int, List[dict]]:
-    """Measure every pipeline of ``pool`` on each module (IR instructions in measure mode) and append the rows to
-    ``folder`` in chunks of ``chunk`` modules; modules already there are skipped, so a killed run resumes.
-    ``known``: rows measured before (of another pool): their values are copied, and only the pipelines of ``pool``
-    they lack are measured on their modules.
+                      objective: str = "ir-count", target: Optional[Target] = None, chunk: int = 16,
+                      progress: bool = False, total: Optional[int] = None, known: Optional[RankerData] = None
+                      ) -> Tuple[int, List[dict]]:
+    """Measure every pipeline of ``pool`` on each module and append the rows to ``folder`` in chunks of ``chunk``
+    modules; modules already there are skipped, so a killed run resumes. ``objective``: ``ir-count`` (IR
+    instructions in measure mode) or ``text-size`` (.text bytes, each pipeline compiled for ``target`` as a
+    text-size search compiles it: :func:`~behavioral_pq.tasks.guidance.trials.measure_text_pool`; default target:
+    the host's triple with each function's own CPU). ``known``: rows measured before (of another pool): their
+    values are copied, and only the pipelines of ``pool`` they lack are measured on their modules.
 
     Returns (rows written, failures): a module whose -Oz fails is a failure (``{"program", "error"}``), a pipeline
     that fails is NaN in its row.
     """
     from tqdm import tqdm
 
-    if objective != "ir-count":
-        raise RankerError("ranker data are measured for the ir-count objective only (text-size: not built yet)")
+    check_objective(objective)
+    if objective == "text-size" and target is None:
+        target = Target.module_cpus()
     engine = engine or default_engine()
     folder = Path(folder)
     pool = open_ranker_data(folder, pool, objective)
     done = set(load_ranker_data(folder, objective).shas)
     written, failures = 0, []
-    rows: Dict[str, list] = {"shas": [], "oz": [], "values": [], "seconds": []}
+    rows: Dict[str, list] = {"shas": [], "names": [], "oz": [], "values": [], "seconds": []}
     known_rows = {sha: i for i, sha in enumerate(known.shas)} if known is not None else {}
     known_columns = {steps: j for j, steps in enumerate(known.pool)} if known is not None else {}
     missing = [steps for steps in pool if steps not in known_columns]
@@ -234,7 +278,8 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
         name = folder / f"rows-{time.time_ns():x}-{os.getpid()}.npz"
         with atomic_path(name) as tmp:
             with open(tmp, "wb") as f:
-                np.savez(f, shas=np.array(rows["shas"]), oz=np.array(rows["oz"], np.int64),
+                np.savez(f, shas=np.array(rows["shas"]), names=np.array(rows["names"], dtype=str),
+                         oz=np.array(rows["oz"], np.int64),
                          values=np.array(rows["values"], np.float64), seconds=np.array(rows["seconds"]))
         written += len(rows["shas"])
         for v in rows.values():
@@ -246,7 +291,9 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
         started = time.perf_counter()
         row = known_rows.get(module.sha256)
         try:
-            oz, counts = measure_pool(module, pool if row is None else missing, engine)
+            wanted = pool if row is None else missing
+            oz, counts = (measure_pool(module, wanted, engine) if objective == "ir-count"
+                          else measure_text_pool(module, wanted, engine, target))
         except BPQError as exc:
             failures.append({"program": module.sha256, "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -257,6 +304,7 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
             values = [known.values[row, known_columns[s]] if s in known_columns else new[s] for s in pool]
             seconds += float(known.seconds[row])
         rows["shas"].append(module.sha256)
+        rows["names"].append(str(module.name))
         rows["oz"].append(int(oz))
         rows["values"].append(values)
         rows["seconds"].append(seconds)
@@ -337,6 +385,8 @@ class PipelineRanker:
     Attributes:
         pool: the K pipelines scored.
         representation: what it reads of a module (:data:`REPRESENTATIONS`).
+        objective: what its gains are of (``ir-count``: IR instructions; ``text-size``: .text bytes; see
+            :data:`~behavioral_pq.tasks.guidance.trials.OBJECTIVES`).
         mean, scale: float32 (D,) standardization of the input rows.
         weights: float32 (D, K); bias float32 (K,): predicted gains = standardized row @ weights + bias.
         residuals: float32 (S, K): out-of-fold errors of train modules (the scenarios of :meth:`choose`).
@@ -347,9 +397,12 @@ class PipelineRanker:
 
     def __init__(self, pool: Sequence[Steps], representation: str, mean: np.ndarray, scale: np.ndarray,
                  weights: np.ndarray, bias: np.ndarray, residuals: np.ndarray, *, alpha: float = 0.0,
-                 identity: Optional[dict] = None, training: Optional[dict] = None):
+                 identity: Optional[dict] = None, training: Optional[dict] = None, objective: str = "ir-count"):
         if representation not in REPRESENTATIONS:
             raise RankerError(f"unknown representation {representation!r}")
+        if objective not in OBJECTIVES:
+            raise RankerError(f"unknown objective {objective!r}")
+        self.objective = objective
         k = len(pool)
         d = len(mean)
         if weights.shape != (d, k) or bias.shape != (k,) or scale.shape != (d,) or residuals.ndim != 2 \
@@ -373,7 +426,7 @@ class PipelineRanker:
     @classmethod
     def fit(cls, rows: np.ndarray, gains: np.ndarray, pool: Sequence[Steps], representation: str, *,
             groups: Optional[Sequence] = None, folds: int = 3, grid: Sequence[float] = RIDGE_GRID,
-            identity: Optional[dict] = None, seed: int = 0) -> "PipelineRanker":
+            identity: Optional[dict] = None, seed: int = 0, objective: str = "ir-count") -> "PipelineRanker":
         """Fit on input rows float (N, D) and gains float (N, K) (:func:`gains_matrix`), choosing the ridge
         penalty by ``folds``-fold cross-validation over ``groups`` (default: one group per row), the score being
         the mean over held-out rows of the best gain (at least 0: -Oz) among the :data:`CV_TOP` pipelines
@@ -425,7 +478,7 @@ class PipelineRanker:
                     "cv_gain": best_score, "cv_top": CV_TOP, "seed": seed}
         return cls(pool, representation, mean.astype(np.float32), scale.astype(np.float32),
                    np.asarray(weights, np.float32), np.asarray(bias, np.float32), residuals.astype(np.float32),
-                   alpha=best_alpha, identity=identity, training=training)
+                   alpha=best_alpha, identity=identity, training=training, objective=objective)
 
     def scores(self, row: Optional[np.ndarray]) -> np.ndarray:
         """Predicted gains float32 (K,) for one input row float (D,) (None: the column means, as with no module
@@ -476,7 +529,7 @@ class PipelineRanker:
                           what="a pipeline ranker")
         path = Path(path)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(),
-                  "representation": self.representation, "alpha": self.alpha, "identity": self.identity,
+                  "representation": self.representation, "objective": self.objective, "alpha": self.alpha, "identity": self.identity,
                   "training": self.training, "pool": [encode_steps(s) for s in self.pool],
                   "dim": self.dim, "scenarios": int(len(self.residuals))}
         with atomic_path(path) as tmp:
@@ -504,6 +557,7 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
         pool = [decode_steps(s) for s in config["pool"]]
         dim, scenarios = int(config["dim"]), int(config["scenarios"])
         representation = str(config["representation"])
+        objective = str(config.get("objective", "ir-count"))      # rankers written before text size counted IR
     except (KeyError, TypeError, ValueError) as exc:
         raise RankerError(f"{path}: ranker.json lacks or mangles a field ({exc})") from None
     weights = confined(path, "ranker.safetensors", RankerError)
@@ -520,19 +574,25 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
         raise RankerError(f"{weights}: non-finite values")
     ranker = PipelineRanker(pool, representation, tensors["mean"], tensors["scale"], tensors["weights"],
                             tensors["bias"], tensors["residuals"], alpha=float(config.get("alpha", 0.0)),
-                            identity=config.get("identity"), training=config.get("training"))
+                            identity=config.get("identity"), training=config.get("training"), objective=objective)
     ranker.path = path
     return ranker
 
 
-#: The shipped ranker (``checkpoints/``): no module input, fitted on the real train projects' rows after
-#: :func:`~behavioral_pq.tasks.guidance.build.deepen_pool` (see ``checkpoints/README.md``).
-DEFAULT_RANKER = "ranker-none-real-s0"
+#: The shipped rankers (``checkpoints/``), by objective; no module input, fitted on the real train projects' rows
+#: (instruction count: its modules, after :func:`~behavioral_pq.tasks.guidance.build.deepen_pool`; text size: its
+#: whole programs, built as ``bpq compile --whole-program`` builds them). See ``checkpoints/README.md``.
+DEFAULT_RANKERS = {"ir-count": "ranker-none-real-s0", "text-size": "ranker-size-none-whole-s0"}
+DEFAULT_RANKER = DEFAULT_RANKERS["ir-count"]
 _ranker_cache: Dict[str, PipelineRanker] = {}
 
 
-def default_ranker() -> PipelineRanker:
-    """The shipped ranker, loaded once per process."""
-    if DEFAULT_RANKER not in _ranker_cache:
-        _ranker_cache[DEFAULT_RANKER] = load_ranker(shipped(DEFAULT_RANKER))
-    return _ranker_cache[DEFAULT_RANKER]
+def default_ranker(objective: str = "ir-count") -> Optional[PipelineRanker]:
+    """The shipped ranker for ``objective``, loaded once per process (None where none is shipped)."""
+    name = DEFAULT_RANKERS[check_objective(objective)]
+    if name not in _ranker_cache:
+        path = shipped(name)
+        if not path.is_dir():
+            return None
+        _ranker_cache[name] = load_ranker(path)
+    return _ranker_cache[name]

@@ -120,9 +120,10 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
                        ranker=None, ranked_share: float = RANKED_SHARE) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
 
-    By default (the ir-count objective, no library asked for) the shipped pipeline ranker chooses the first
-    candidates from its pool (see ``ranker``), then a local search spends the rest; on the real valid projects it
-    found more at budget 50 than the library's retrieval below (BENCHMARKS, "A learned ranker over pipelines").
+    By default (no library asked for) the shipped pipeline ranker of the objective chooses the first candidates
+    from its pool (see ``ranker``), then a local search spends the rest; on the real valid projects it found more
+    at budget 50 than the library's retrieval below (BENCHMARKS, "A learned ranker over pipelines"). The
+    text-size search tries -Os and ``Oz-outline`` (-Oz with LLVM's IR outliner) before the ranker's picks.
 
     With a library (``library``, ``embedding``, ``learn``, ``ranker=False``, or the text-size objective):
     measures -Oz first (the reference, not counted: the result is never worse than -Oz), embeds the module, takes
@@ -163,10 +164,10 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             counted. ``notes`` says what was skipped or cut.
         reserve_builds: with ``seconds``: end the search early enough for this many more builds of the module
             by the caller (each reserved as long as -Oz took), so that they too end within ``seconds``.
-        ranker: a :class:`~behavioral_pq.tasks.guidance.ranker.PipelineRanker` (or its folder): its choice from
-            its pool replaces the library's retrieval. Default: the shipped ranker
-            (:func:`~behavioral_pq.tasks.guidance.ranker.default_ranker`) for the ir-count objective when no
-            ``library``, ``embedding``, ``neighbor_indices`` or ``learn`` asks for the library's retrieval;
+        ranker: a :class:`~behavioral_pq.tasks.guidance.ranker.PipelineRanker` (or its folder) trained for
+            ``objective``: its choice from its pool replaces the library's retrieval. Default: the shipped ranker
+            of the objective (:func:`~behavioral_pq.tasks.guidance.ranker.default_ranker`) when no ``library``,
+            ``embedding``, ``neighbor_indices`` or ``learn`` asks for the library's retrieval;
             ``False``: the library's retrieval (the shipped library when ``library`` is None). The first
             ``max(1, round(budget * ranked_share))`` candidates are its picks (all of the budget when it is 1 or
             2), the rest a local search around the best found. A ranker that reads the embedding or the spectrum
@@ -211,9 +212,8 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
     deadline = None if seconds is None else start + seconds
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
-    if ranker is None and library is None and embedding is None and neighbor_indices is None and not learn \
-            and objective == "ir-count":
-        ranker = default_ranker()
+    if ranker is None and library is None and embedding is None and neighbor_indices is None and not learn:
+        ranker = default_ranker(objective)
     if ranker is not None and ranker is not False:
         return _ranked_search(module, budget, ranker, engine=engine, encoder=encoder, seed=seed, progress=progress,
                               objective=objective, target=target, deadline=deadline,
@@ -257,13 +257,7 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
             neighbor_indices, _ = library.neighbors(embedding, neighbors)
         ranked, coreset = [s for s, _ in library.candidates(neighbor_indices)], library.coreset
     if objective == "text-size":
-        # -Os first: it rotates loops, which -Oz does not, and a guarded bottom-tested loop is often shorter than
-        # a top-tested one with its trip count (smax) computed; 18 of the 47 shipped tasks are 2-20% smaller
-        # with -Os than with -Oz in target mode, real units rarely are
-        trials.run([SIZE_SEEDS], "-Os", deadline=end)
-        # then the IR outliner after -Oz: what -Oz keeps in several functions becomes one function and calls
-        # (whole programs: 0.936 of -Oz's .text on 10 of the train projects', 0.976 on 33 of the valid ones')
-        trials.run([OUTLINE_SEED], "-Oz-outline", deadline=end)
+        _size_seeds(trials, end)
     retrieve = budget if budget <= 2 else max(1, int(round(budget * retrieval_share)))
     retrieved = retrieval_order(ranked, coreset, retrieve, coreset_share)
     _try_then_search_locally(trials, retrieved, "library", seed, end, notes)
@@ -276,6 +270,16 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
     return found, trials
 
 
+def _size_seeds(trials: Trials, end: Optional[float]) -> None:
+    """The first candidates of a text-size search. -Os first: it rotates loops, which -Oz does not, and a guarded
+    bottom-tested loop is often shorter than a top-tested one with its trip count (smax) computed; 18 of the 47
+    shipped tasks are 2-20% smaller with -Os than with -Oz in target mode, real units rarely are. Then the IR
+    outliner after -Oz: what -Oz keeps in several functions becomes one function and calls (whole programs: 0.936
+    of -Oz's .text on 10 of the train projects', 0.976 on 33 of the valid ones')."""
+    trials.run([SIZE_SEEDS], "-Os", deadline=end)
+    trials.run([OUTLINE_SEED], "-Oz-outline", deadline=end)
+
+
 def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: int = 0,
                    progress: Union[bool, ProgressCallback] = False, objective: str = "ir-count",
                    target: Optional[Target] = None, deadline: Optional[float] = None, reserve_builds: int = 0,
@@ -285,8 +289,10 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
         raise ValueError(f"ranked_share must be in (0, 1], got {ranked_share}")
     if not hasattr(ranker, "choose"):
         ranker = load_ranker(ranker)
-    if objective != "ir-count":
-        raise ValueError("the pipeline ranker is trained for the ir-count objective; use the library for text size")
+    if ranker.objective != objective:
+        raise ValueError(f"this pipeline ranker was trained for the {ranker.objective} objective, the search is for "
+                         f"{objective}; give a ranker of {objective} rows (bpq ranker measure --objective "
+                         f"{objective})")
     report = progress if callable(progress) else None
     trials = Trials(module, engine, budget, objective=objective, target=target, progress=report, start=start)
     end = None if deadline is None else deadline - reserve_builds * trials.oz_seconds
@@ -321,8 +327,10 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
             except DeadlineError:
                 notes.append(f"probes stopped after {EMBEDDING_CUT:.0%} of the time left; the ranking without "
                              "module input stood in")
+    if objective == "text-size":
+        _size_seeds(trials, end)
     picks = budget if budget <= 2 else max(1, int(round(budget * ranked_share)))
-    chosen = ranker.choose(row, picks)
+    chosen = ranker.choose(row, max(0, picks - trials.compilations), exclude=trials.counts)
     _try_then_search_locally(trials, chosen, "ranker", seed, end, notes)
     found = recommendation_from(trials, start, probe_compilations=probe_compilations, notes=tuple(notes))
     return found, trials

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from behavioral_pq.core.catalog import steps_pipeline
+from behavioral_pq.core.catalog import BASELINES, steps_pipeline
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
-from behavioral_pq.core.module import load_module
+from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.target import Target
 from behavioral_pq.core.toolchain import text_size
 from behavioral_pq.errors import BPQError, DeadlineError
@@ -65,6 +67,77 @@ def candidate_target(target: Optional[Target], steps: Iterable[str]) -> Optional
     return replace(target, size="Oz")
 
 
+class TextSizes:
+    """``.text`` bytes of ``llc-19 -O2``'s object for bitcode, remembered by the bitcode's hash: a candidate whose
+    passes changed nothing (many after -Oz) gives the bitcode of one measured before and costs no second llc run."""
+
+    def __init__(self, cpu: Optional[str] = None):
+        self.cpu = cpu or None
+        self._known: Dict[bytes, int] = {}
+        self.llc_runs = 0
+
+    def __call__(self, bitcode: bytes, timeout: float = 120.0) -> int:
+        key = hashlib.sha256(bitcode).digest()
+        if key not in self._known:
+            self._known[key] = text_size(bitcode, opt_level=2, cpu=self.cpu, timeout=timeout)
+            self.llc_runs += 1
+        return self._known[key]
+
+
+def measure_text_pool(module: Module, pool: Iterable[Steps], engine, target: Target
+                      ) -> Tuple[int, List[Optional[int]]]:
+    """.text bytes after -Oz and after each pipeline of ``pool`` on ``module`` (None where one failed), each
+    compiled for :func:`candidate_target` of ``target`` as a text-size search compiles it (:class:`Trials`).
+
+    A pipeline that begins with a whole-pipeline step (``-Oz``, ``-Os``, ``-Oz-outline``) and is compiled for the
+    same target as that step alone continues from the step's result, run once: ``(-Oz, p)`` costs a run of ``p``
+    and llc. The result is the module the pipeline gives from scratch (test_ranker checks it on every pipeline of
+    a pool). Raises the error of -Oz when -Oz fails."""
+    sizes = TextSizes(target.cpu)
+    heads: Dict[str, Tuple[Optional[bytes], Optional[BPQError]]] = {}
+
+    def result(steps: Steps) -> bytes:
+        head = steps[0]
+        shared = len(steps) > 1 and head.lstrip("-") in BASELINES \
+            and candidate_target(target, (head,)) == candidate_target(target, steps)
+        if not shared:
+            return engine.run_pipeline(module.bitcode, steps_pipeline(steps), module.name,
+                                       target=candidate_target(target, steps))
+        if head not in heads:
+            try:
+                heads[head] = (result((head,)), None)
+            except BPQError as exc:
+                heads[head] = (None, exc)
+        bitcode, error = heads[head]
+        if error is not None:
+            raise error
+        return engine.run_pipeline(bitcode, steps_pipeline(steps[1:]), module.name,
+                                   target=candidate_target(target, steps))
+
+    def measure(steps: Steps) -> Optional[int]:
+        try:
+            bitcode = result(steps)
+        except BPQError:
+            return None
+        try:
+            return sizes(bitcode)
+        except BPQError:
+            return None
+
+    oz = sizes(result((OZ,)))
+    pool = [tuple(steps) for steps in pool]
+    for head in dict.fromkeys(steps[0] for steps in pool if len(steps) > 1):   # shared results first, once
+        if head.lstrip("-") in BASELINES and head not in heads:
+            try:
+                heads[head] = (result((head,)), None)
+            except BPQError as exc:
+                heads[head] = (None, exc)
+    # the engine runs one pipeline at a time; llc runs beside it, one per engine worker
+    with ThreadPoolExecutor(max_workers=max(1, engine.workers)) as threads:
+        values = list(threads.map(measure, pool))
+    return oz, values
+
+
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -98,6 +171,8 @@ class Trials:
         if objective == "text-size" and target is None:
             target = Target.module_cpus()
         self.target = target if objective == "text-size" else None
+        self._sizes = TextSizes(self.target.cpu if self.target is not None else None)
+        self._heads: Dict[str, bytes] = {}   # text-size: results of whole-pipeline steps that others continue from
         self.counts: Dict[Steps, Optional[int]] = {}
         self.origin: Dict[Steps, str] = {}
         self._kept: Dict[Steps, Tuple[int, bytes]] = {}  # -Oz's and the best candidates' results (bitcode)
@@ -153,14 +228,12 @@ class Trials:
         errors: List[Optional[BPQError]] = []
         for steps in candidates:
             try:
-                bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
-                                                   target=self.target_for(steps), deadline=deadline)
+                bitcode = self._text_result(steps, deadline)
                 left = 120.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
                 try:
-                    values.append(text_size(bitcode, opt_level=2, cpu=self.target.cpu or None,
-                                            timeout=min(120.0, left)))
+                    values.append(self._sizes(bitcode, timeout=min(120.0, left)))
                 except TimeoutError as exc:
                     if deadline is None or left >= 120.0:
                         raise
@@ -171,6 +244,20 @@ class Trials:
                 values.append(None)
                 errors.append(exc)
         return values, errors
+
+    def _text_result(self, steps: Steps, deadline: Optional[float]) -> bytes:
+        """The module after ``steps`` in target mode. A candidate that begins with a whole-pipeline step measured
+        before (-Oz, -Os, -Oz-outline) and is compiled for the same target continues from that step's result, as
+        :func:`measure_text_pool` does: ``(-Oz, p)`` costs a run of ``p``."""
+        head = steps[0]
+        if len(steps) > 1 and head in self._heads and self.target_for((head,)) == self.target_for(steps):
+            return self.engine.run_pipeline(self._heads[head], steps_pipeline(steps[1:]), self.module.name,
+                                            target=self.target_for(steps), deadline=deadline)
+        bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
+                                           target=self.target_for(steps), deadline=deadline)
+        if len(steps) == 1 and head.lstrip("-") in BASELINES:
+            self._heads[head] = bitcode
+        return bitcode
 
     def _keep(self, steps: Steps, bitcode: bytes, value: int) -> None:
         """Keep the result of -Oz and of every candidate as small as the smallest so far (one of them is what
