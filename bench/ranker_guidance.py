@@ -270,6 +270,7 @@ class _Fixed:
         self._ranker, self._row = ranker, row
         self.representation = "none"      # the search computes nothing
         self.pool = ranker.pool
+        self.objective = ranker.objective
 
     def choose(self, row, count, **kw):
         return self._ranker.choose(self._row, count, **kw)

@@ -98,6 +98,8 @@ def test_fit_learns_which_pipeline_wins_where_and_chooses_diverse_pipelines():
     assert set(by_mean) == {A, A_COPY}                               # the top 2 by mean gain: two copies
     assert set(nothing.choose(None, 2)) in ({A, B}, {A_COPY, B})       # the coverage choice: both winners
     assert nothing.choose(np.zeros(0), 2) == nothing.choose(None, 2)
+    # measured already: not chosen, and what it gains is found, so the next pick complements it (B, not A's copy)
+    assert nothing.choose(None, 1, measured=[A]) == [B] and nothing.choose(None, 1, exclude=[A]) == [A_COPY]
     with pytest.raises(RankerError, match="at least 2"):
         PipelineRanker.fit(rows[:1], gains[:1], pool, "autophase")
     with pytest.raises(RankerError, match="gains"):
@@ -503,7 +505,7 @@ def test_a_text_size_ranker_tries_the_size_seeds_then_its_picks_and_refuses_the_
     twins = modules[0]
     found = recommend_pipeline(twins, 5, ranker=ranker, engine=engine, objective="text-size")
     tried = [steps for steps, _ in found.tried]
-    picks = ranker.choose(None, 1, exclude=[(OZ,), ("-Os",), ("-Oz-outline",)])   # round(5 * 0.6) - 2 seeds
+    picks = ranker.choose(None, 1, measured=[(OZ,), ("-Os",), ("-Oz-outline",)])   # round(5 * 0.6) - 2 seeds
     assert tried[:3] == [("-Os",), ("-Oz-outline",)] + picks and found.compilations == 5
     target = Target.module_cpus()
     assert found.text_size == from_scratch_bytes(twins, found.steps, engine, target) < found.oz_text_size

@@ -492,18 +492,23 @@ class PipelineRanker:
             raise ValueError("the module's row holds non-finite values")
         return ((row - self.mean) / self.scale) @ self.weights + self.bias
 
-    def choose(self, row: Optional[np.ndarray], count: int, *, exclude: Iterable[Steps] = ()) -> List[Steps]:
+    def choose(self, row: Optional[np.ndarray], count: int, *, exclude: Iterable[Steps] = (),
+               measured: Iterable[Steps] = ()) -> List[Steps]:
         """``count`` pool pipelines to try on the module of ``row``, in order: each the one that most raises the
         expected best gain (floored at 0, -Oz being always measured) over scenarios ``scores + residuals``.
-        Pipelines in ``exclude`` are not chosen. Once no pipeline raises the expectation, the rest follow by
-        predicted gain."""
+        Pipelines in ``exclude`` are not chosen; those in ``measured`` (tried on the module already, such as a
+        text-size search's -Os and Oz-outline) are not chosen either, and what they gain counts as found, so the
+        choice complements them. Once no pipeline raises the expectation, the rest follow by predicted gain."""
         predicted = self.scores(row)
         scenarios = predicted[None, :] + self.residuals                                 # (S, K)
         best = np.zeros(len(scenarios), np.float32)
         taken = np.zeros(len(self.pool), bool)
         excluded = {tuple(s) for s in exclude}
+        done = {tuple(s) for s in measured}
         for i, s in enumerate(self.pool):
-            taken[i] = s in excluded
+            taken[i] = s in excluded or s in done
+            if s in done:
+                best = np.maximum(best, scenarios[:, i])
         chosen: List[int] = []
         while len(chosen) < count and not taken.all():
             raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)

@@ -330,7 +330,7 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
     if objective == "text-size":
         _size_seeds(trials, end)
     picks = budget if budget <= 2 else max(1, int(round(budget * ranked_share)))
-    chosen = ranker.choose(row, max(0, picks - trials.compilations), exclude=trials.counts)
+    chosen = ranker.choose(row, max(0, picks - trials.compilations), measured=trials.counts)
     _try_then_search_locally(trials, chosen, "ranker", seed, end, notes)
     found = recommendation_from(trials, start, probe_compilations=probe_compilations, notes=tuple(notes))
     return found, trials
