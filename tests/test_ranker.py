@@ -425,8 +425,16 @@ def test_the_shipped_ranker_chooses_by_default_and_false_asks_for_the_library(en
     assert tried[:6] == shipped.choose(None, 6) and found.neighbors == ()   # round(10 * RANKED_SHARE) picks
     retrieval = recommend_pipeline(examples["matmul"], 10, engine=engine, ranker=False)
     assert len(retrieval.neighbors) == 8 and [s for s, _ in retrieval.tried][:6] != tried[:6]
-    size = recommend_pipeline(examples["matmul"], 2, engine=engine, objective="text-size")
-    assert size.objective == "text-size" and len(size.neighbors) == 8    # text size keeps the library
+    size_ranker = default_ranker("text-size")                        # text size: its own shipped ranker
+    assert size_ranker.objective == "text-size" and size_ranker.representation == "autophase"
+    module = examples["matmul"]
+    size = recommend_pipeline(module, 6, engine=engine, objective="text-size")
+    picks = size_ranker.choose(representation_rows("autophase", autophase=autophase(module)[None])[0], 2,
+                               measured=[(OZ,), ("-Os",), ("-Oz-outline",)])
+    assert size.objective == "text-size" and size.neighbors == () and size.probe_compilations == 0
+    assert [s for s, _ in size.tried][:4] == [("-Os",), ("-Oz-outline",)] + picks    # round(6 * 0.6) = 4
+    size = recommend_pipeline(module, 2, engine=engine, objective="text-size", ranker=False)
+    assert len(size.neighbors) == 8                                   # ranker=False: the text-size library
 
 
 # ------------------------------------------------------------------------------------------- the text-size objective
@@ -555,6 +563,19 @@ def test_cli_measures_the_text_size_of_whole_programs_and_fits_a_ranker_on_them(
                                "--out", out)
     assert code == 0, err
     assert "all in split group 'p'" in text and load_ranker(out).objective == "text-size"
+    code, text, err = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "autophase",
+                               "--out", tmp_path / "by-autophase")
+    assert code == 2 and "give --whole-programs" in err                 # whole programs are not stored modules
+    code, text, err = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "autophase",
+                               "--whole-programs", "--out", tmp_path / "by-autophase", "--json")
+    assert code == 0, err
+    fitted = load_ranker(tmp_path / "by-autophase")
+    assert json.loads(text)["modules"] == 2 and fitted.representation == "autophase"
+    from behavioral_pq.tasks.guidance.build import whole_program_representation
+    kept, x = whole_program_representation(store, "train", "autophase", rows.shas)
+    assert kept == rows.shas and np.allclose(x, representation_rows(
+        "autophase", autophase=np.stack([autophase(programs[n]) for n in rows.names])))
+    assert np.allclose(fitted.mean, x.mean(axis=0))                  # fitted on the relinked programs' Autophase
     code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--out", data)
     assert code == 2 and "holds text-size rows, not ir-count" in err
     code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--kind", "small",

@@ -43,6 +43,9 @@ def _encoder(args):
     return load_encoder(args.checkpoint) if getattr(args, "checkpoint", None) else load_encoder()
 
 
+#: What a ranker's gains and predicted ratios are, by objective, for people.
+GAIN_WORDS = {"ir-count": "log IC_Oz / IC", "text-size": "log .text of -Oz / .text"}
+RATIO_WORDS = {"ir-count": "IC_Oz / IC", "text-size": ".text of -Oz / .text"}
 #: What each representation reads of a module, for people.
 READS = {"embedding": "the embedding", "spectrum": "the spectrum and Autophase", "autophase": "Autophase",
          "none": "no module input (one ranking for every module)"}
@@ -163,7 +166,7 @@ def cmd_deepen(args) -> int:
 def cmd_fit(args) -> int:
     from behavioral_pq.artifacts import check_replaceable
     from behavioral_pq.corpus.reader import Corpus
-    from behavioral_pq.tasks.guidance.build import stored_representation
+    from behavioral_pq.tasks.guidance.build import stored_representation, whole_program_representation
     from behavioral_pq.tasks.guidance.ranker import (FORMAT, PipelineRanker, RankerError, load_ranker_data,
                                                     ranker_identity)
 
@@ -174,11 +177,15 @@ def cmd_fit(args) -> int:
                       what="a pipeline ranker")     # before the work; saving checks again
     corpus = Corpus(args.corpus)
     encoder = _encoder(args) if args.representation in ("embedding", "spectrum") else None
-    kept, rows = stored_representation(corpus, args.representation, data.shas, encoder)
+    if args.whole_programs:     # the rows' modules are the split's whole programs, linked again to be read
+        kept, rows = whole_program_representation(args.corpus, args.split, args.representation, data.shas, encoder)
+    else:
+        kept, rows = stored_representation(corpus, args.representation, data.shas, encoder)
     left_out = len(data.shas) - len(kept)
     if len(kept) < 2:
-        needs = (f"spectra for probe set {encoder.probe_set.hash[:12]} (run: bpq corpus spectra {args.corpus})"
-                 if encoder is not None else "modules in this store")
+        needs = ("a whole program of its split in this store" if args.whole_programs
+                 else f"spectra for probe set {encoder.probe_set.hash[:12]} (run: bpq corpus spectra {args.corpus})"
+                 if encoder is not None else "modules in this store (whole programs: give --whole-programs)")
         raise RankerError(f"{args.corpus}: {len(kept)} of the {len(data.shas)} measured modules have {needs}; "
                           "a ranker needs at least 2")
     data = data.subset(kept)
@@ -187,7 +194,8 @@ def cmd_fit(args) -> int:
     names = dict(zip(data.shas, data.names or [""] * len(data.shas)))
     groups = [split_groups.get(s) or (names[s].split("/")[0] if "/" in names[s] else s) for s in kept]
     notes = [f"{left_out} of the {len(kept) + left_out} measured modules left out: "
-             + ("no spectra for the encoder's probe set" if encoder is not None else "not in this store")] \
+             + ("not a whole program of the split" if args.whole_programs
+                else "no spectra for the encoder's probe set" if encoder is not None else "not in this store")] \
         if left_out else []
     if len(set(groups)) < 2:                              # one project: nothing to hold out whole
         notes.append(f"the {len(kept)} modules are all in split group {groups[0]!r}: cross-validation holds out "
@@ -209,8 +217,8 @@ def cmd_fit(args) -> int:
     print(f"wrote {args.out}: a ranker over {len(ranker.pool)} pipelines reading {READS[ranker.representation]} "
           f"({ranker.dim} inputs), fitted on {training['modules']} modules in {training['groups']} groups")
     print(f"  {training['folds']}-fold cross-validation over groups: ridge alpha {training['alpha']:g}; the best of "
-          f"its top {training['cv_top']} picks gains {training['cv_gain']:+.4f} (log IC_Oz / IC, at least -Oz's 0) "
-          "on held-out modules")
+          f"its top {training['cv_top']} picks gains {training['cv_gain']:+.4f} ({GAIN_WORDS[ranker.objective]}, at "
+          "least -Oz's 0) on held-out modules")
     return 0
 
 
@@ -241,7 +249,7 @@ def cmd_show(args) -> int:
               f"{training.get('cv_top')} picks {training.get('cv_gain', float('nan')):+.4f}")
     if ranker.identity:
         print("  inputs from " + ", ".join(f"{k} {str(v)[:12]}" for k, v in ranker.identity.items()))
-    print(f"first {len(top)} without module input (a coverage choice; predicted IC_Oz / IC):")
+    print(f"first {len(top)} without module input (a coverage choice; predicted {RATIO_WORDS[ranker.objective]}):")
     for i, (steps, gain) in enumerate(top, 1):
         print(f"  {i:>3}. {math.exp(gain):.4f}  {describe_steps(steps)}")
     return 0
@@ -306,6 +314,11 @@ def add_parsers(sub) -> None:
                    help="what the ranker reads of a module: the encoder's embedding, the raw spectrum of its probe "
                         "set with the module's Autophase, Autophase, or none (one ranking for every module)")
     f.add_argument("--out", required=True, metavar="RANKER", help="ranker folder to write")
+    f.add_argument("--whole-programs", action="store_true",
+                   help="the rows are of the --split's whole programs (bpq ranker measure --whole-programs): link them "
+                        "again to read their representation (Autophase, spectrum, embedding: computed, not stored)")
+    f.add_argument("--split", default="train", help="with --whole-programs: the split the rows were measured on "
+                                                     "(default train)")
     f.add_argument("--checkpoint", metavar="DIR", help="encoder for embedding and spectrum (default: the shipped one)")
     f.add_argument("--seed", type=int, default=0, help="seed of the scenario sample (default 0)")
     f.add_argument("--overwrite", action="store_true",

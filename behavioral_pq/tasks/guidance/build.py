@@ -20,7 +20,7 @@ from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.target import Target
 from behavioral_pq.corpus.reader import Corpus
-from behavioral_pq.embedding.encoder import load_encoder
+from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
 from behavioral_pq.errors import BPQError, CorpusError, LibraryError, RankerError
 from behavioral_pq.tasks.guidance.library import (
     FORMAT,
@@ -239,6 +239,36 @@ def stored_representation(corpus, representation: str, shas: Sequence[str], enco
         kept, values = [], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32)
     rows = np.array([by_sha[s] for s in kept], np.int64).reshape(-1, len(AUTOPHASE_FEATURES))
     return kept, representation_rows("spectrum", spectra=values, autophase=rows)
+
+
+def whole_program_representation(store, split: str, representation: str, shas: Sequence[str], encoder=None
+                                 ) -> Tuple[List[str], np.ndarray]:
+    """A pipeline ranker's input rows for the modules among ``shas`` that are whole programs of the store's
+    ``split`` (linked and internalized as :func:`~behavioral_pq.corpus.programs.split_whole_programs` gives them,
+    which ``bpq ranker measure --whole-programs`` measured): (their hashes in the order of ``shas``; float32
+    (N, D), see :func:`~behavioral_pq.tasks.guidance.ranker.representation_rows`). Their Autophase, spectra and
+    embeddings are computed (the store keeps none for them)."""
+    from behavioral_pq.core.features import autophase
+    from behavioral_pq.corpus.programs import split_whole_programs
+    from behavioral_pq.embedding.spectrum import spectra
+
+    if representation not in REPRESENTATIONS:
+        raise ValueError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {representation!r}")
+    wanted = set(shas)
+    found = {p.module.sha256: p.module for p in split_whole_programs(store, split) if p.module.sha256 in wanted}
+    kept = [s for s in shas if s in found]
+    modules = [found[s] for s in kept]
+    if representation == "none":
+        return kept, np.zeros((len(kept), 0), np.float32)
+    if representation == "autophase":
+        rows = np.stack([autophase(m) for m in modules]) if modules else np.zeros((0, len(AUTOPHASE_FEATURES)))
+        return kept, representation_rows("autophase", autophase=rows)
+    encoder = encoder or load_encoder()
+    batch = spectra(modules, encoder.probe_set, sample_above=SAMPLE_ABOVE)
+    batch.raise_first()
+    if representation == "spectrum":
+        return kept, representation_rows("spectrum", spectra=batch.spectra, autophase=batch.autophase[:, 0])
+    return kept, encoder.embed_spectra(batch.spectra, batch.autophase[:, 0]).astype(np.float32)
 
 
 def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], searched: Sequence[Module],

@@ -584,10 +584,11 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
     return ranker
 
 
-#: The shipped rankers (``checkpoints/``), by objective; no module input, fitted on the real train projects' rows
-#: (instruction count: its modules, after :func:`~behavioral_pq.tasks.guidance.build.deepen_pool`; text size: its
-#: whole programs, built as ``bpq compile --whole-program`` builds them). See ``checkpoints/README.md``.
-DEFAULT_RANKERS = {"ir-count": "ranker-none-real-s0", "text-size": "ranker-size-none-whole-s0"}
+#: The shipped rankers (``checkpoints/``), by objective, fitted on the real train projects' rows. Instruction
+#: count: no module input, its modules' rows after :func:`~behavioral_pq.tasks.guidance.build.deepen_pool`. Text
+#: size: Autophase, its whole programs' rows (built as ``bpq compile --whole-program`` builds them). See
+#: ``checkpoints/README.md``.
+DEFAULT_RANKERS = {"ir-count": "ranker-none-real-s0", "text-size": "ranker-size-autophase-whole-s0"}
 DEFAULT_RANKER = DEFAULT_RANKERS["ir-count"]
 _ranker_cache: Dict[str, PipelineRanker] = {}
 
