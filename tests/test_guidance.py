@@ -39,15 +39,20 @@ class CountingEngine:
     """Wraps an engine and counts the pipelines it runs (what the budget is about)."""
 
     def __init__(self, engine):
+        import threading
+
         self.engine = engine
         self.pipelines = 0
+        self._lock = threading.Lock()      # text-size searches call from one thread per worker
 
     def autophase_tree(self, roots, parents, edges, **kw):
-        self.pipelines += len(edges)
+        with self._lock:
+            self.pipelines += len(edges)
         return self.engine.autophase_tree(roots, parents, edges, **kw)
 
     def run_pipeline(self, *a, **kw):
-        self.pipelines += 1
+        with self._lock:
+            self.pipelines += 1
         return self.engine.run_pipeline(*a, **kw)
 
     def __getattr__(self, name):

@@ -31,9 +31,10 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from behavioral_pq.artifacts import write_bytes_atomic
 from behavioral_pq.config import read_bounded
 from behavioral_pq.core.module import IR_FILE_LIMIT, load_module
-from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
+from behavioral_pq.core.toolchain import find_tool, internalize_bitcode, link_bitcode, run_tool
 from behavioral_pq.corpus.buckets import project_origin
 from behavioral_pq.corpus.inputs import InputItem, from_compile_commands, load_bitcode, make_item
+from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.errors import BPQError, CorpusError, ToolError
 
@@ -286,9 +287,6 @@ def split_whole_programs(store: os.PathLike, split: str, *, max_instructions: Op
     """The whole programs (two units or more) of the store's real projects in ``split``, by project, then size
     (the units' instruction count), each linked and internalized on demand (a generator of
     :class:`WholeProgram`; a program that fails to link or internalize is logged and skipped)."""
-    from behavioral_pq.core.toolchain import internalize_bitcode
-    from behavioral_pq.corpus.reader import Corpus
-
     corpus = Corpus(store)
     for project, row in sorted(corpus.projects().items()):
         if split not in row["splits"]:

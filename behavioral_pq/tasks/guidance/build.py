@@ -16,11 +16,13 @@ import numpy as np
 from behavioral_pq.artifacts import atomic_path, check_replaceable, encoder_identity, read_json_bounded
 from behavioral_pq.core.catalog import PASSES, steps_pipeline
 from behavioral_pq.core.engine import default_engine
-from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.core.features import AUTOPHASE_FEATURES, autophase
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.target import Target
+from behavioral_pq.corpus.programs import split_whole_programs
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
+from behavioral_pq.embedding.spectrum import spectra
 from behavioral_pq.errors import BPQError, CorpusError, LibraryError, RankerError
 from behavioral_pq.tasks.guidance.library import (
     FORMAT,
@@ -248,10 +250,6 @@ def whole_program_representation(store, split: str, representation: str, shas: S
     which ``bpq ranker measure --whole-programs`` measured): (their hashes in the order of ``shas``; float32
     (N, D), see :func:`~behavioral_pq.tasks.guidance.ranker.representation_rows`). Their Autophase, spectra and
     embeddings are computed (the store keeps none for them)."""
-    from behavioral_pq.core.features import autophase
-    from behavioral_pq.corpus.programs import split_whole_programs
-    from behavioral_pq.embedding.spectrum import spectra
-
     if representation not in REPRESENTATIONS:
         raise ValueError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {representation!r}")
     wanted = set(shas)

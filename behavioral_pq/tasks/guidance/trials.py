@@ -224,25 +224,37 @@ class Trials:
 
     def _measure_text(self, candidates: List[Steps], deadline: Optional[float] = None
                       ) -> Tuple[List[Optional[int]], list]:
-        values: List[Optional[int]] = []
-        errors: List[Optional[BPQError]] = []
-        for steps in candidates:
+        """Each candidate's pipeline, then llc on its result; one thread per engine worker, so that llc runs
+        beside the engine's next pipeline (the engine runs one at a time). Results in the candidates' order."""
+
+        def one(steps: Steps) -> Tuple[Optional[int], Optional[BPQError], Optional[bytes]]:
             try:
                 bitcode = self._text_result(steps, deadline)
                 left = 120.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
                 try:
-                    values.append(self._sizes(bitcode, timeout=min(120.0, left)))
+                    return self._sizes(bitcode, timeout=min(120.0, left)), None, bitcode
                 except TimeoutError as exc:
                     if deadline is None or left >= 120.0:
                         raise
                     raise DeadlineError(f"{self.module.name}: the deadline passed while llc ran") from exc
-                errors.append(None)
-                self._keep(steps, bitcode, values[-1])
             except BPQError as exc:  # a crashing pass or an llc failure: this candidate is unusable
-                values.append(None)
-                errors.append(exc)
+                return None, exc, None
+
+        threads = max(1, min(len(candidates), self.engine.workers))
+        if threads == 1:
+            results = [one(steps) for steps in candidates]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                results = list(pool.map(one, candidates))
+        values: List[Optional[int]] = []
+        errors: List[Optional[BPQError]] = []
+        for steps, (value, error, bitcode) in zip(candidates, results):
+            values.append(value)
+            errors.append(error)
+            if error is None:
+                self._keep(steps, bitcode, value)
         return values, errors
 
     def _text_result(self, steps: Steps, deadline: Optional[float]) -> bytes:
