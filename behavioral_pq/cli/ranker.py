@@ -178,7 +178,8 @@ def cmd_fit(args) -> int:
     corpus = Corpus(args.corpus)
     encoder = _encoder(args) if args.representation in ("embedding", "spectrum") else None
     if args.whole_programs:     # the rows' modules are the split's whole programs, linked again to be read
-        kept, rows = whole_program_representation(args.corpus, args.split, args.representation, data.shas, encoder)
+        kept, rows = whole_program_representation(args.corpus, args.split, args.representation, data.shas, encoder,
+                                                  names=[n for n in data.names or () if n] or None)
     else:
         kept, rows = stored_representation(corpus, args.representation, data.shas, encoder)
     left_out = len(data.shas) - len(kept)

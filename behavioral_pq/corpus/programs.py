@@ -283,13 +283,16 @@ class WholeProgram:
     module: object
 
 
-def split_whole_programs(store: os.PathLike, split: str, *, max_instructions: Optional[int] = None):
+def split_whole_programs(store: os.PathLike, split: str, *, max_instructions: Optional[int] = None,
+                         names: Optional[Sequence[str]] = None):
     """The whole programs (two units or more) of the store's real projects in ``split``, by project, then size
     (the units' instruction count), each linked and internalized on demand (a generator of
-    :class:`WholeProgram`; a program that fails to link or internalize is logged and skipped)."""
+    :class:`WholeProgram`; a program that fails to link or internalize is logged and skipped). ``names``: only
+    these (``project/program``)."""
+    wanted = set(names) if names is not None else None
     corpus = Corpus(store)
     for project, row in sorted(corpus.projects().items()):
-        if split not in row["splits"]:
+        if split not in row["splits"] or wanted is not None and not any(n.startswith(f"{project}/") for n in wanted):
             continue
         units, bitcode, group = project_units(store, project)
         programs = sorted((p for p in whole_programs(units) if len(p.units) > 1
@@ -297,6 +300,8 @@ def split_whole_programs(store: os.PathLike, split: str, *, max_instructions: Op
                           key=lambda p: (p.instruction_count, p.name))
         for program in programs:
             name = f"{project}/{program.name}"
+            if wanted is not None and name not in wanted:
+                continue
             try:
                 linked = link_bitcode([bitcode[u.sha256] for u in program.units], what=name)
                 module = load_module(internalize_bitcode(linked), name=name)

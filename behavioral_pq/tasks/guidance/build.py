@@ -243,17 +243,19 @@ def stored_representation(corpus, representation: str, shas: Sequence[str], enco
     return kept, representation_rows("spectrum", spectra=values, autophase=rows)
 
 
-def whole_program_representation(store, split: str, representation: str, shas: Sequence[str], encoder=None
-                                 ) -> Tuple[List[str], np.ndarray]:
+def whole_program_representation(store, split: str, representation: str, shas: Sequence[str], encoder=None,
+                                 names: Optional[Sequence[str]] = None) -> Tuple[List[str], np.ndarray]:
     """A pipeline ranker's input rows for the modules among ``shas`` that are whole programs of the store's
     ``split`` (linked and internalized as :func:`~behavioral_pq.corpus.programs.split_whole_programs` gives them,
     which ``bpq ranker measure --whole-programs`` measured): (their hashes in the order of ``shas``; float32
     (N, D), see :func:`~behavioral_pq.tasks.guidance.ranker.representation_rows`). Their Autophase, spectra and
-    embeddings are computed (the store keeps none for them)."""
+    embeddings are computed (the store keeps none for them). ``names`` (``project/program``, as the rows keep
+    them): link only these."""
     if representation not in REPRESENTATIONS:
         raise ValueError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {representation!r}")
     wanted = set(shas)
-    found = {p.module.sha256: p.module for p in split_whole_programs(store, split) if p.module.sha256 in wanted}
+    found = {p.module.sha256: p.module for p in split_whole_programs(store, split, names=names)
+             if p.module.sha256 in wanted}
     kept = [s for s in shas if s in found]
     modules = [found[s] for s in kept]
     if representation == "none":
