@@ -175,6 +175,22 @@ def main() -> int:
     def outlined(bitcode):
         return smaller_codegen(bitcode, cpu=target.cpu or None)[1]
 
+    def search_all(module):
+        """label -> (recommendation, seconds with the probes of a library search, .text with the smaller codegen)
+        of every search at the budget."""
+        start = time.perf_counter()
+        embedding = encoder.embed(module) if libraries else None
+        embed_seconds = time.perf_counter() - start
+        done = {}
+        for label, how in searches.items():
+            start = time.perf_counter()
+            found = recommend_pipeline(module, args.budget, embedding=embedding, objective="text-size",
+                                       target=target, **how)
+            seconds = (embed_seconds if "library" in how else 0.0) + time.perf_counter() - start
+            built = bpq.optimize(module, found.pipeline, target=candidate_target(target, found.steps)).bitcode
+            done[label] = (found, seconds, outlined(built))
+        return done
+
     rows = []
     for group, name, source, extra in tqdm(programs, desc="programs", unit="program"):
         row = {"group": group, "name": name}
@@ -193,19 +209,11 @@ def main() -> int:
             row.update(searched={}, method={}, search_seconds={}, whole_searched={},
                        outlined={"target_oz": outlined(oz), "searched": {}, "whole_searched": {}})
             if not (whole_program and args.skip_linked):
-                start = time.perf_counter()
-                embedding = encoder.embed(module) if libraries else None
-                embed_seconds = time.perf_counter() - start
-                for label, how in searches.items():
-                    start = time.perf_counter()
-                    found = recommend_pipeline(module, args.budget, embedding=embedding, objective="text-size",
-                                               target=target, **how)
-                    row["search_seconds"][label] = (embed_seconds if "library" in how else 0.0) \
-                        + time.perf_counter() - start
+                for label, (found, seconds, smallest) in search_all(module).items():
+                    row["search_seconds"][label] = seconds
                     row["searched"][label] = found.text_size
                     row["method"][label] = found.method
-                    row["outlined"]["searched"][label] = outlined(
-                        bpq.optimize(module, found.pipeline, target=candidate_target(target, found.steps)).bitcode)
+                    row["outlined"]["searched"][label] = smallest
                     assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
             if whole_program:
                 whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
@@ -213,19 +221,11 @@ def main() -> int:
                 whole_oz = bpq.optimize(whole, "Oz", target=target).bitcode
                 row["whole_oz"] = text_size(whole_oz)
                 row["outlined"]["whole_oz"] = outlined(whole_oz)
-                start = time.perf_counter()
-                embedding = encoder.embed(whole) if libraries else None
-                embed_seconds = time.perf_counter() - start
                 row["whole_seconds"] = {}
-                for label, how in searches.items():
-                    start = time.perf_counter()
-                    found = recommend_pipeline(whole, args.budget, embedding=embedding, objective="text-size",
-                                               target=target, **how)
-                    row["whole_seconds"][label] = (embed_seconds if "library" in how else 0.0) \
-                        + time.perf_counter() - start
+                for label, (found, seconds, smallest) in search_all(whole).items():
+                    row["whole_seconds"][label] = seconds
                     row["whole_searched"][label] = found.text_size
-                    row["outlined"]["whole_searched"][label] = outlined(
-                        bpq.optimize(whole, found.pipeline, target=candidate_target(target, found.steps)).bitcode)
+                    row["outlined"]["whole_searched"][label] = smallest
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)

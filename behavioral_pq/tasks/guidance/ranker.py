@@ -534,7 +534,8 @@ class PipelineRanker:
                           what="a pipeline ranker")
         path = Path(path)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": versions(),
-                  "representation": self.representation, "objective": self.objective, "alpha": self.alpha, "identity": self.identity,
+                  "representation": self.representation, "objective": self.objective, "alpha": self.alpha,
+                  "identity": self.identity,
                   "training": self.training, "pool": [encode_steps(s) for s in self.pool],
                   "dim": self.dim, "scenarios": int(len(self.residuals))}
         with atomic_path(path) as tmp:

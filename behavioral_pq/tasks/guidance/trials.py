@@ -74,68 +74,12 @@ class TextSizes:
     def __init__(self, cpu: Optional[str] = None):
         self.cpu = cpu or None
         self._known: Dict[bytes, int] = {}
-        self.llc_runs = 0
 
     def __call__(self, bitcode: bytes, timeout: float = 120.0) -> int:
         key = hashlib.sha256(bitcode).digest()
         if key not in self._known:
             self._known[key] = text_size(bitcode, opt_level=2, cpu=self.cpu, timeout=timeout)
-            self.llc_runs += 1
         return self._known[key]
-
-
-def measure_text_pool(module: Module, pool: Iterable[Steps], engine, target: Target
-                      ) -> Tuple[int, List[Optional[int]]]:
-    """.text bytes after -Oz and after each pipeline of ``pool`` on ``module`` (None where one failed), each
-    compiled for :func:`candidate_target` of ``target`` as a text-size search compiles it (:class:`Trials`).
-
-    A pipeline that begins with a whole-pipeline step (``-Oz``, ``-Os``, ``-Oz-outline``) and is compiled for the
-    same target as that step alone continues from the step's result, run once: ``(-Oz, p)`` costs a run of ``p``
-    and llc. The result is the module the pipeline gives from scratch (test_ranker checks it on every pipeline of
-    a pool). Raises the error of -Oz when -Oz fails."""
-    sizes = TextSizes(target.cpu)
-    heads: Dict[str, Tuple[Optional[bytes], Optional[BPQError]]] = {}
-
-    def result(steps: Steps) -> bytes:
-        head = steps[0]
-        shared = len(steps) > 1 and head.lstrip("-") in BASELINES \
-            and candidate_target(target, (head,)) == candidate_target(target, steps)
-        if not shared:
-            return engine.run_pipeline(module.bitcode, steps_pipeline(steps), module.name,
-                                       target=candidate_target(target, steps))
-        if head not in heads:
-            try:
-                heads[head] = (result((head,)), None)
-            except BPQError as exc:
-                heads[head] = (None, exc)
-        bitcode, error = heads[head]
-        if error is not None:
-            raise error
-        return engine.run_pipeline(bitcode, steps_pipeline(steps[1:]), module.name,
-                                   target=candidate_target(target, steps))
-
-    def measure(steps: Steps) -> Optional[int]:
-        try:
-            bitcode = result(steps)
-        except BPQError:
-            return None
-        try:
-            return sizes(bitcode)
-        except BPQError:
-            return None
-
-    oz = sizes(result((OZ,)))
-    pool = [tuple(steps) for steps in pool]
-    for head in dict.fromkeys(steps[0] for steps in pool if len(steps) > 1):   # shared results first, once
-        if head.lstrip("-") in BASELINES and head not in heads:
-            try:
-                heads[head] = (result((head,)), None)
-            except BPQError as exc:
-                heads[head] = (None, exc)
-    # the engine runs one pipeline at a time; llc runs beside it, one per engine worker
-    with ThreadPoolExecutor(max_workers=max(1, engine.workers)) as threads:
-        values = list(threads.map(measure, pool))
-    return oz, values
 
 
 def check_objective(objective: str) -> str:
@@ -337,6 +281,21 @@ class Trials:
 
     def measured(self) -> Dict[Steps, int]:
         return {s: c for s, c in self.counts.items() if c is not None}
+
+
+def measure_text_pool(module: Module, pool: Iterable[Steps], engine, target: Target
+                      ) -> Tuple[int, List[Optional[int]]]:
+    """.text bytes after -Oz and after each pipeline of ``pool`` on ``module`` (None where one failed), measured as
+    a text-size search measures its candidates (:class:`Trials`): each compiled for :func:`candidate_target` of
+    ``target``, a pipeline that begins with a whole-pipeline step (``-Oz``, ``-Os``, ``-Oz-outline``) continuing
+    from that step's result, which is measured first, once. Raises the error of -Oz when -Oz fails."""
+    pool = [tuple(steps) for steps in pool]
+    heads = [(head,) for head in dict.fromkeys(steps[0] for steps in pool if len(steps) > 1)
+             if head.lstrip("-") in BASELINES]
+    trials = Trials(module, engine, len(heads) + len(pool), objective="text-size", target=target)
+    trials.run(heads, "pool")
+    trials.run(pool, "pool")
+    return trials.oz_count, [trials.counts.get(steps) for steps in pool]
 
 
 @dataclass(frozen=True)
