@@ -127,6 +127,7 @@ def test_a_saved_ranker_reads_back_equal_and_a_damaged_one_is_refused(tmp_path):
         assert again.choose(row, 3) == ranker.choose(row, 3)
     assert again.pool == pool and again.representation == "autophase" and again.alpha == ranker.alpha
     assert again.identity == {"probe_set_hash": "x"} and again.training == ranker.training
+    assert again.objective == "ir-count"
 
     def broken(name, damage):
         folder = tmp_path / name
@@ -146,11 +147,16 @@ def test_a_saved_ranker_reads_back_equal_and_a_damaged_one_is_refused(tmp_path):
     def drop_a_pipeline(folder):
         rewrite_config(folder, lambda config: config.update(pool=config["pool"][:-1]))
 
+    def unknown_objective(folder):
+        rewrite_config(folder, lambda config: config.update(objective="runtime"))
+
     cases = {"json": (edit_json, "digest mismatch"), "weights": (flip_weights, "checksum mismatch"),
-             "shape": (drop_a_pipeline, "do not fit")}
+             "shape": (drop_a_pipeline, "do not fit"), "objective": (unknown_objective, "unknown objective")}
     for name, (damage, message) in cases.items():
         with pytest.raises(RankerError, match=message):
             load_ranker(broken(name, damage))
+    older = broken("older", lambda folder: rewrite_config(folder, lambda config: config.pop("objective")))
+    assert load_ranker(older).objective == "ir-count"                # written before text size: it counts IR
     ranker.weights[1, 2] = np.nan
     ranker.save(tmp_path / "nan")
     with pytest.raises(RankerError, match="non-finite"):
