@@ -746,6 +746,54 @@ def test_prepare_and_pretrain_from_a_corpus_store(tmp_path):
                                                          training=TrainingConfig(batch_size=4)), probes=probes_path)
 
 
+class _OrderedSpectra:
+    """A stand-in for a corpus store's spectra reader that streams the same modules in a chosen order and batching,
+    as two stores filled by parallel workers would."""
+
+    def __init__(self, shas, spectra, order, batch):
+        self.shas, self.spectra, self.order, self.batch = shas, spectra, order, batch
+
+    def iter_spectra(self, probes=None, *, shas=None, reaction="log-relative"):
+        for start in range(0, len(self.order), self.batch):
+            chosen = self.order[start:start + self.batch]
+            yield [self.shas[i] for i in chosen], self.spectra[chosen]
+
+
+def test_the_quantizer_sample_and_the_code_files_do_not_depend_on_the_store_order(tmp_path):
+    """A store filled by parallel workers holds modules in the order they finished. The quantizer's sample and the
+    code files a run trains on must depend on the modules only: a flaky test traced to this (the same corpus
+    pretrained into different encoders when the machine was busy)."""
+    import hashlib
+
+    from behavioral_pq.training.pretraining import encode_split, sample_rows
+
+    rng = np.random.default_rng(0)
+    shas = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(300)]
+    spectra = rng.normal(size=(300, 4, 56)).astype(np.float32)
+    stores = [_OrderedSpectra(shas, spectra, np.arange(300), 64),
+              _OrderedSpectra(shas, spectra, rng.permutation(300), 37)]
+    samples = [sample_rows(store, None, shas, 500, seed=7, reaction="log-relative") for store in stores]
+    assert samples[0].shape == (500, 56) and np.array_equal(samples[0], samples[1])
+    # rows drawn uniformly, not whole modules: with 500 of 1,200 rows about 1 - (7/12)^4 = 88% of modules are hit
+    drawn = np.isin(spectra.reshape(-1, 56)[:, 0], samples[0][:, 0]).reshape(300, 4).sum(axis=1)
+    assert drawn.sum() == 500 and 0.8 < (drawn > 0).mean() < 0.95
+    assert not np.array_equal(sample_rows(stores[0], None, shas, 500, seed=8), samples[0])
+    everything = sample_rows(stores[1], None, shas, 5000, seed=7)
+    assert everything.shape == (1200, 56) and set(map(bytes, everything)) == set(map(bytes, spectra.reshape(-1, 56)))
+
+    quantizer = Quantizer(num_subspaces=8, seed=0).fit(samples[0])
+    paths = [tmp_path / f"{i}" / "train.parquet" for i in range(2)]
+    written = [encode_split(store, None, quantizer, shas, path) for store, path in zip(stores, paths)]
+    assert written[0] == written[1] == sorted(shas)
+    tables = [pq.read_table(path) for path in paths]
+    assert tables[0].equals(tables[1]) and tables[0].column("sha256").to_pylist() == sorted(shas)
+    groups = [[f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)] for f in map(pq.ParquetFile, paths)]
+    assert groups[0] == groups[1] and sum(groups[0]) == 300
+    assert os.listdir(paths[0].parent) == ["train.parquet"]                  # no scratch files left behind
+    row = sorted(shas).index(shas[5])
+    assert np.array_equal(read_codes(paths[0])[row], quantizer.encode(spectra[5]))
+
+
 def test_module_token_encoder_reads_the_modules_own_autophase(tmp_path):
     """reaction "log-relative+module": the P log-relative rows and one more, log1p of the module's Autophase,
     quantized and read as one more position; the encoder then tells apart modules that react alike."""

@@ -2,7 +2,7 @@
 
 Steps (``bpq pretrain STORE --out RUN``, resumable at every stage):
 
-1. ``prepare``: fit the quantizer on a reservoir sample of reaction rows of the pretraining modules, then encode
+1. ``prepare``: fit the quantizer on a seeded uniform sample of reaction rows of the pretraining modules, then encode
    every stored spectrum into codes, written as Parquet (``RUN/codes/{train,valid,test}.parquet``; one row per
    module: ``sha256``, ``codes`` = P x M bytes, ``spectra`` = the P x 56 float32 reaction rows the codes were made
    of, which a model of ``input_kind = "spectrum"`` reads). Spectra are streamed; memory does not grow with the
@@ -21,10 +21,12 @@ Steps (``bpq pretrain STORE --out RUN``, resumable at every stage):
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import logging
 import math
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,37 +173,68 @@ def split_modules(corpus, seed: int, limit: int, measured: Optional[set] = None)
 
 def sample_rows(corpus, probe_set, shas: Sequence[str], size: int, seed: int, reaction: str = "log-relative"
                 ) -> np.ndarray:
-    """A uniform reservoir sample of ``size`` reaction rows, float32 (<= size, 56), from the spectra of ``shas``
-    (streamed)."""
-    rng = np.random.default_rng(seed)
-    reservoir = np.zeros((size, 56), np.float32)
-    seen = 0
-    for _, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
-        rows = spectra.reshape(-1, 56)
-        index = seen + np.arange(len(rows))
-        fill = index < size
-        reservoir[index[fill]] = rows[fill]
-        slots = rng.integers(0, index[~fill] + 1) if (~fill).any() else np.zeros(0, np.int64)
-        keep = slots < size
-        reservoir[slots[keep]] = rows[~fill][keep]
-        seen += len(rows)
-    return reservoir[:min(seen, size)]
+    """A uniform sample of ``size`` reaction rows, float32 (<= size, 56), from the spectra of ``shas`` (streamed).
+
+    The sample depends on the rows, not on the order the store holds them in (a store filled by parallel workers
+    holds modules in the order they finished): each row gets a seeded pseudo-random key from its module's hash and
+    its probe, and the ``size`` smallest keys are kept, in key order. Memory: two samples' rows at most.
+    """
+    keys = np.zeros(0, np.uint64)
+    kept = np.zeros((0, 56), np.float32)
+    for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
+        keys = np.concatenate([keys, row_keys(batch_shas, spectra.shape[1], seed)])
+        kept = np.concatenate([kept, spectra.reshape(-1, 56)])
+        if len(keys) > size:
+            smallest = np.argpartition(keys, size)[:size]
+            keys, kept = keys[smallest], kept[smallest]
+    return kept[np.argsort(keys, kind="stable")]
+
+
+def row_keys(shas: Sequence[str], rows_per_module: int, seed: int) -> np.ndarray:
+    """Seeded pseudo-random sampling keys, uint64 (len(shas) * rows_per_module,): module-major, one per row, a
+    function of (seed, module hash, row index) only."""
+    keys = np.empty((len(shas), rows_per_module), np.uint64)
+    for i, sha in enumerate(shas):
+        digest = hashlib.blake2b(f"{seed}:{sha}".encode(), digest_size=8).digest()
+        keys[i] = np.random.default_rng(int.from_bytes(digest, "little")).integers(
+            0, np.iinfo(np.uint64).max, size=rows_per_module, dtype=np.uint64, endpoint=True)
+    return keys.reshape(-1)
 
 
 def encode_split(corpus, probe_set, quantizer, shas: Sequence[str], path: Path, reaction: str = "log-relative"
                  ) -> List[str]:
     """Encode the stored spectra of ``shas`` into ``path`` (Parquet: sha256, codes = P x M uint8 bytes, spectra =
-    the P x 56 float32 reaction rows); returns the hashes of the modules written (those with a measured spectrum)."""
+    the P x 56 float32 reaction rows); returns the hashes of the modules written (those with a measured spectrum).
+
+    Modules are written in hash order, in row groups of at most 4,096, whatever order the store holds them in; so
+    the training stream, like the quantizer's sample, depends on the modules and not on the timing of the job that
+    measured them. The sort goes through one scratch file per first character of the hash: memory holds about a
+    sixteenth of the split's rows at a time.
+    """
     schema = pa.schema([("sha256", pa.string()), ("codes", pa.binary()), ("spectra", pa.binary())])
     written: List[str] = []
-    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
-        for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
-            n, p, d = spectra.shape
-            codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)              # (n, P, M)
-            rows = [r.astype(np.float32).tobytes() for r in spectra]
-            writer.write_table(pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes],
-                                         "spectra": rows}, schema=schema), row_group_size=4096)
-            written.extend(batch_shas)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{path.stem}-sort-", dir=path.parent) as scratch:
+        parts: Dict[str, pq.ParquetWriter] = {}
+        try:
+            for batch_shas, spectra in corpus.iter_spectra(probe_set, shas=shas, reaction=reaction):
+                n, p, d = spectra.shape
+                codes = quantizer.encode(spectra.reshape(n * p, d)).reshape(n, p, -1)          # (n, P, M)
+                table = pa.table({"sha256": batch_shas, "codes": [c.tobytes() for c in codes],
+                                  "spectra": [r.astype(np.float32).tobytes() for r in spectra]}, schema=schema)
+                first = np.array([sha[:1] for sha in batch_shas])
+                for key in sorted(set(first)):
+                    if key not in parts:
+                        parts[key] = pq.ParquetWriter(Path(scratch) / f"{ord(key)}.parquet", schema)
+                    parts[key].write_table(table.take(np.flatnonzero(first == key)))
+        finally:
+            for writer in parts.values():
+                writer.close()
+        with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+            for key in sorted(parts):
+                part = pq.read_table(Path(scratch) / f"{ord(key)}.parquet").sort_by("sha256")
+                writer.write_table(part, row_group_size=4096)
+                written.extend(part.column("sha256").to_pylist())
     return written
 
 
