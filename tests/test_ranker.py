@@ -381,6 +381,24 @@ def test_cli_measure_extends_a_folder_with_its_own_pool(cli_store, capsys, tmp_p
     assert code != 0 and "holds rows of another pool" in err
 
 
+def test_cli_deepen_searches_only_the_larger_modules_and_keeps_every_row(cli_store, capsys, tmp_path):
+    """--min-instructions narrows the deep searches, not the rows the larger pool is measured on."""
+    store, data = cli_store / "store", cli_store / "tiny-data"
+    corpus = Corpus(store)
+    sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
+    rows = [s for s in load_ranker_data(data).shas if s in sizes]
+    threshold = sorted(sizes[s] for s in rows)[len(rows) // 2]
+    code, stdout, _ = bpq_main(capsys, "ranker", "deepen", data, "--corpus", store, "--out", tmp_path / "deep",
+                               "--programs", 10, "--budget", 8, "--min-instructions", threshold, "--json")
+    summary = json.loads(stdout)
+    searched = json.loads((tmp_path / "deep" / "deep.json").read_text())["searched"]
+    assert code == 0 and summary["searched"] == len(searched) == sum(sizes[s] >= threshold for s in rows) > 0
+    assert all(sizes[s] >= threshold for s in searched) and summary["rows"] == len(rows) > len(searched)
+    code, _, err = bpq_main(capsys, "ranker", "deepen", data, "--corpus", store, "--out", tmp_path / "none",
+                            "--min-instructions", max(sizes.values()) + 1)
+    assert code != 0 and "no rows of modules of at least" in err
+
+
 def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_store, capsys, tmp_path):
     store = cli_store / "store"
     rows, gains, pool = synthetic(8)

@@ -138,6 +138,8 @@ def cmd_deepen(args) -> int:
     for name in ("programs", "budget", "keep"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.min_instructions is not None and args.min_instructions < 1:
+        raise ValueError(f"--min-instructions must be >= 1, got {args.min_instructions}")
     out = check_output_folder(args.out)
     if out.is_dir() and any(out.iterdir()) and not (out / "pool.json").exists():
         raise ValueError(f"{out}: exists and holds no ranker training data (pool.json); choose another folder")
@@ -147,8 +149,15 @@ def cmd_deepen(args) -> int:
     if not shas:
         raise ValueError(f"{args.data}: no rows of modules in {args.corpus}"
                          + (f" of at most {args.max_instructions} instructions" if args.max_instructions else ""))
-    searched = set(np.random.default_rng(args.seed).choice(shas, min(args.programs, len(shas)), replace=False)
-                   .tolist())
+    searchable = shas
+    if args.min_instructions:      # search only the larger modules; the rows keep every size
+        sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
+        searchable = [s for s in shas if sizes.get(s, 0) >= args.min_instructions]
+        if not searchable:
+            raise ValueError(f"{args.data}: no rows of modules of at least {args.min_instructions} instructions"
+                             + (f" and at most {args.max_instructions}" if args.max_instructions else ""))
+    searched = set(np.random.default_rng(args.seed).choice(searchable, min(args.programs, len(searchable)),
+                                                           replace=False).tolist())
     modules = list(corpus.iter_modules(only=set(shas)))
     added, written, failures = deepen_pool(args.data, out, [m for m in modules if m.sha256 in searched], modules,
                                            budget=args.budget, keep=args.keep, seed=args.seed,
@@ -303,6 +312,9 @@ def add_parsers(sub) -> None:
                    help="best pipelines of each search that join the pool (default 3)")
     d.add_argument("--max-instructions", type=int, metavar="N",
                    help="search, and keep rows of, modules of at most N instructions only")
+    d.add_argument("--min-instructions", type=int, metavar="N",
+                   help="search modules of at least N instructions only (the rows keep every size): winners for the "
+                        "larger modules, which a pool deepened on small ones misses")
     d.add_argument("--seed", type=int, default=1, help="seed of the searched sample and the searches (default 1)")
     d.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     d.set_defaults(func=cmd_deepen)
