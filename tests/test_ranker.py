@@ -523,6 +523,24 @@ def test_text_size_rows_are_the_bytes_each_pipeline_gives_from_scratch(size_rows
     assert values == [oz, oz]
 
 
+def test_deepen_on_text_size_rows_searches_bytes_and_measures_the_winners_bytes(size_rows, engine, tmp_path):
+    from behavioral_pq.core.target import Target
+
+    folder, modules = size_rows
+    base = load_ranker_data(folder, "text-size")
+    added, written, failures = deepen_pool(folder, tmp_path / "deep", modules, modules, budget=24, keep=4,
+                                           engine=engine)
+    deep = load_ranker_data(tmp_path / "deep", None)
+    assert deep.objective == "text-size" and written == len(modules) and failures == []
+    assert 1 <= added <= 16 and deep.pool[:len(SIZE_POOL)] == SIZE_POOL and deep.shas == base.shas
+    assert np.array_equal(deep.values[:, :len(SIZE_POOL)], base.values, equal_nan=True)   # copied
+    target = Target.module_cpus()
+    new = deep.pool[len(SIZE_POOL):]
+    for module, row in zip(modules, deep.values):
+        assert row[len(SIZE_POOL):].tolist() == [from_scratch_bytes(module, s, engine, target) for s in new]
+    assert (deep.values[0, len(SIZE_POOL):] < deep.oz[0]).all()     # each winner is smaller than -Oz's .text
+
+
 def test_a_text_size_ranker_tries_the_size_seeds_then_its_picks_and_refuses_the_other_objective(
         size_rows, engine, tmp_path):
     from behavioral_pq.core.target import Target
@@ -600,6 +618,16 @@ def test_cli_measures_the_text_size_of_whole_programs_and_fits_a_ranker_on_them(
     assert kept == rows.shas and np.allclose(x, representation_rows(
         "autophase", autophase=np.stack([autophase(programs[n]) for n in rows.names])))
     assert np.allclose(fitted.mean, x.mean(axis=0))                  # fitted on the relinked programs' Autophase
+    # deeper searches of the whole programs (linked again), their winners measured on every row
+    code, text, err = bpq_main(capsys, "ranker", "deepen", data, "--corpus", store, "--whole-programs",
+                               "--out", tmp_path / "deep", "--programs", 1, "--budget", 10, "--keep", 2, "--json")
+    assert code == 0, err
+    summary = json.loads(text)
+    deep = load_ranker_data(tmp_path / "deep", "text-size")
+    assert summary["objective"] == "text-size" and summary["searched"] == 1 and summary["rows"] == 2
+    assert len(deep.pool) == len(SIZE_POOL) + summary["added"] and sorted(deep.names) == ["p/app", "p/tool"]
+    code, _, err = bpq_main(capsys, "ranker", "deepen", data, "--corpus", store, "--out", tmp_path / "d2")
+    assert code == 2 and "no rows of modules in" in err                   # whole programs are not stored modules
     code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--out", data)
     assert code == 2 and "holds text-size rows, not ir-count" in err
     code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--kind", "small",

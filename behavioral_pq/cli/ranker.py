@@ -131,6 +131,7 @@ def cmd_measure(args) -> int:
 def cmd_deepen(args) -> int:
     import numpy as np
 
+    from behavioral_pq.corpus.programs import split_whole_programs
     from behavioral_pq.corpus.reader import Corpus
     from behavioral_pq.tasks.guidance.build import deepen_pool
     from behavioral_pq.tasks.guidance.ranker import load_ranker_data
@@ -138,37 +139,45 @@ def cmd_deepen(args) -> int:
     for name in ("programs", "budget", "keep"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.min_instructions is not None and args.min_instructions < 1:
-        raise ValueError(f"--min-instructions must be >= 1, got {args.min_instructions}")
+    for name in ("min_instructions", "max_instructions"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     out = check_output_folder(args.out)
     if out.is_dir() and any(out.iterdir()) and not (out / "pool.json").exists():
         raise ValueError(f"{out}: exists and holds no ranker training data (pool.json); choose another folder")
-    base = load_ranker_data(args.data)
-    corpus = Corpus(args.corpus)
-    shas = corpus.narrow(base.shas, max_instructions=args.max_instructions)
-    if not shas:
-        raise ValueError(f"{args.data}: no rows of modules in {args.corpus}"
-                         + (f" of at most {args.max_instructions} instructions" if args.max_instructions else ""))
-    searchable = shas
-    if args.min_instructions:      # search only the larger modules; the rows keep every size
+    base = load_ranker_data(args.data, None)
+    measured = set(base.shas)
+    if args.whole_programs:     # rows of whole programs (measure --whole-programs): linked again to be searched
+        programs = split_whole_programs(args.corpus, args.split, max_instructions=args.max_instructions,
+                                        names=[n for n in base.names or () if n] or None)
+        sized = [(p.module, p.instruction_count) for p in programs if p.module.sha256 in measured]
+    else:
+        corpus = Corpus(args.corpus)
         sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
-        searchable = [s for s in shas if sizes.get(s, 0) >= args.min_instructions]
-        if not searchable:
-            raise ValueError(f"{args.data}: no rows of modules of at least {args.min_instructions} instructions"
-                             + (f" and at most {args.max_instructions}" if args.max_instructions else ""))
+        shas = set(corpus.narrow(base.shas, max_instructions=args.max_instructions))
+        sized = [(m, sizes[m.sha256]) for m in corpus.iter_modules(only=shas)]
+    bound = f" of at most {args.max_instructions} instructions" if args.max_instructions else ""
+    if not sized:
+        raise ValueError(f"{args.data}: no rows of " + (f"whole programs of split {args.split!r} of {args.corpus}"
+                         if args.whole_programs else f"modules in {args.corpus}") + bound)
+    modules = [m for m, _ in sized]
+    large = {m.sha256 for m, n in sized if n >= (args.min_instructions or 0)}      # the rows keep every size
+    searchable = [s for s in base.shas if s in large]                              # drawn in the rows' order
+    if not searchable:
+        raise ValueError(f"{args.data}: no rows of modules of at least {args.min_instructions} instructions"
+                         + (f" and at most {args.max_instructions}" if args.max_instructions else ""))
     searched = set(np.random.default_rng(args.seed).choice(searchable, min(args.programs, len(searchable)),
                                                            replace=False).tolist())
-    modules = list(corpus.iter_modules(only=set(shas)))
     added, written, failures = deepen_pool(args.data, out, [m for m in modules if m.sha256 in searched], modules,
                                            budget=args.budget, keep=args.keep, seed=args.seed,
                                            progress=not args.json)
-    rows = len(load_ranker_data(out).shas)
+    rows = len(load_ranker_data(out, None).shas)
     if args.json:
-        print_json({"data": str(out), "searched": len(searched), "added": added, "pool": len(base.pool) + added,
-                    "written": written, "rows": rows, "failures": failures})
+        print_json({"data": str(out), "objective": base.objective, "searched": len(searched), "added": added,
+                    "pool": len(base.pool) + added, "written": written, "rows": rows, "failures": failures})
     else:
-        print(f"{out}: {added} pipelines from {len(searched)} deep searches join the {len(base.pool)}; "
-              f"{written} rows written ({rows} in all), {len(failures)} failed")
+        print(f"{out}: {added} pipelines from {len(searched)} deep searches ({base.objective}) join the "
+              f"{len(base.pool)}; {written} rows written ({rows} in all), {len(failures)} failed")
     return 1 if failures and not written else 0
 
 
@@ -315,6 +324,10 @@ def add_parsers(sub) -> None:
     d.add_argument("--min-instructions", type=int, metavar="N",
                    help="search modules of at least N instructions only (the rows keep every size): winners for the "
                         "larger modules, which a pool deepened on small ones misses")
+    d.add_argument("--whole-programs", action="store_true",
+                   help="the rows are whole programs (measure --whole-programs): link them again from --split")
+    d.add_argument("--split", default="train", help="with --whole-programs: the split they were linked from "
+                   "(default train)")
     d.add_argument("--seed", type=int, default=1, help="seed of the searched sample and the searches (default 1)")
     d.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     d.set_defaults(func=cmd_deepen)

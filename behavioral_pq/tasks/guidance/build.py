@@ -280,6 +280,9 @@ def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], sea
     old columns copied and only the new ones measured. Resumable: the searches' winners are kept in
     ``out/deep.json``, and rows already in ``out`` are skipped.
 
+    The searches and the rows are of the objective ``data`` holds: IR instructions, or .text bytes (each search
+    then the text-size search, its winners those smaller than -Oz's .text).
+
     On 40 real valid modules (<= 5,000 instructions), 80 deep searches at budget 300 on train modules of <= 3,000
     instructions added 116 pipelines to the 473, and the no-module ranker at budget 50 went from 1.0206 to 1.0225
     (geomean IC_Oz / IC).
@@ -289,17 +292,20 @@ def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], sea
     from tqdm import tqdm
 
     engine = engine or default_engine()
-    base = load_ranker_data(data)
+    base = load_ranker_data(data, None)
+    objective = base.objective
     found_file = Path(out) / "deep.json"
     if found_file.is_file() and not found_file.is_symlink():
         found = [decode_steps(s) for s in read_json_bounded(found_file, what="deep-search winners",
                                                              error=RankerError)["found"]]
     else:
-        ranker = PipelineRanker.fit(np.zeros((len(base.shas), 0), np.float32), base.gains, base.pool, "none")
+        ranker = PipelineRanker.fit(np.zeros((len(base.shas), 0), np.float32), base.gains, base.pool, "none",
+                                    objective=objective)
         winners: Dict[Steps, None] = {}
         for module in tqdm(searched, disable=not progress, desc="deep searches", unit="module"):
-            found_here, _ = _search(module, budget, ranker=ranker, engine=engine, seed=seed)
-            good = sorted(((c, s) for s, c in found_here.tried if c is not None and c < found_here.oz_count),
+            found_here, _ = _search(module, budget, ranker=ranker, engine=engine, seed=seed, objective=objective)
+            oz = found_here.oz_text_size if objective == "text-size" else found_here.oz_count
+            good = sorted(((c, s) for s, c in found_here.tried if c is not None and c < oz),
                           key=lambda cs: (cs[0], len(cs[1])))
             winners.update(dict.fromkeys(s for _, s in good[:keep]))
         found = list(winners)
@@ -308,6 +314,6 @@ def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], sea
             tmp.write_text(json.dumps({"budget": budget, "keep": keep, "searched": [m.sha256 for m in searched],
                                        "found": [encode_steps(s) for s in found]}) + "\n")
     new = [s for s in dict.fromkeys(found) if s not in set(base.pool)]
-    written, failures = measure_pool_rows(rows, out, base.pool + new, engine=engine, progress=progress,
-                                          total=len(rows), known=base)
+    written, failures = measure_pool_rows(rows, out, base.pool + new, engine=engine, objective=objective,
+                                          progress=progress, total=len(rows), known=base)
     return len(new), written, failures
