@@ -18,14 +18,17 @@ example (training data from the train split's real programs, a ranker on the emb
 
 text size (rows of .text bytes of the train split's whole programs, built as bpq compile --whole-program builds them):
   bpq ranker measure store/ --objective text-size --whole-programs --max-instructions 50000 --out size-data
-  bpq ranker fit size-data --corpus store/ --representation none --out my-size-ranker
+  bpq ranker deepen size-data --corpus store/ --whole-programs --out size-deep --programs 30 --budget 200
+  bpq ranker fit size-deep --corpus store/ --representation none --out my-size-ranker
   bpq optimize prog.c --auto --objective text-size --budget 50 --ranker my-size-ranker
 
 measure runs every pipeline of the pool (the generic pipelines, the library's coreset and programs' best
 pipelines, -Oz followed by each catalog pass, random edits of the coreset: about 470) on each module of the split
 and appends the rows to DATA as it goes: a killed run resumes, and another --seed or --programs adds modules to
 the same rows. deepen searches some of those modules deeply (the no-module ranking, then local search), adds
-their winners to the pool and writes the rows over the larger pool to a new folder (old columns copied).
+their winners to the pool and writes the rows over the larger pool to a new folder (old columns copied);
+--min-instructions searches only the larger modules, and on text-size rows of whole programs (--whole-programs)
+the deep searches are text-size searches.
 fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
 the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
 """
