@@ -589,7 +589,7 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
 #: count: no module input, its modules' rows after :func:`~behavioral_pq.tasks.guidance.build.deepen_pool`. Text
 #: size: Autophase, its whole programs' rows (built as ``bpq compile --whole-program`` builds them). See
 #: ``checkpoints/README.md``.
-DEFAULT_RANKERS = {"ir-count": "ranker-none-real-s0", "text-size": "ranker-size-autophase-whole-s0"}
+DEFAULT_RANKERS = {"ir-count": "ranker-none-real-s0", "text-size": "ranker-size-autophase-deep-s0"}
 DEFAULT_RANKER = DEFAULT_RANKERS["ir-count"]
 _ranker_cache: Dict[str, PipelineRanker] = {}
 
