@@ -157,7 +157,7 @@ def cmd_deepen(args) -> int:
     else:
         corpus = Corpus(args.corpus)
         sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
-        shas = set(corpus.narrow(base.shas, max_instructions=args.max_instructions))
+        shas = {s for s in measured if s in sizes and sizes[s] <= (args.max_instructions or sizes[s])}
         sized = [(m, sizes[m.sha256]) for m in corpus.iter_modules(only=shas)]
     bound = f" of at most {args.max_instructions} instructions" if args.max_instructions else ""
     if not sized:
