@@ -22,10 +22,13 @@ from behavioral_pq.errors import RankerError
 from behavioral_pq.tasks.guidance import GENERIC, OZ, default_library, describe_steps, recommend_pipeline
 from behavioral_pq.tasks.guidance.build import deepen_pool
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
+import behavioral_pq.tasks.guidance.ranker as ranker_module
 from behavioral_pq.tasks.guidance.ranker import (
     GAIN_FLOOR,
     PipelineRanker,
+    LARGE_MODULE,
     default_ranker,
+    default_ranker_name,
     gains_matrix,
     load_ranker,
     load_ranker_data,
@@ -459,6 +462,25 @@ def test_the_shipped_ranker_chooses_by_default_and_false_asks_for_the_library(en
     assert [s for s, _ in size.tried][:4] == [("-Os",), ("-Oz-outline",)] + picks    # round(6 * 0.6) = 4
     size = recommend_pipeline(module, 2, engine=engine, objective="text-size", ranker=False)
     assert len(size.neighbors) == 8                                   # ranker=False: the text-size library
+
+
+def test_large_modules_take_the_large_modules_ranker(engine, examples, monkeypatch):
+    small, large = default_ranker(), default_ranker(instructions=LARGE_MODULE)
+    assert default_ranker(instructions=LARGE_MODULE - 1) is small is default_ranker(instructions=0)
+    assert default_ranker(instructions=10**6) is large is not small
+    assert large.objective == small.objective == "ir-count" and large.representation == "none"
+    assert set(small.pool) < set(large.pool)                          # the pool deepened once more
+    assert large.choose(None, 6) != small.choose(None, 6)
+    assert default_ranker_name("text-size", 10**6) == default_ranker_name("text-size")   # one text-size ranker
+    module = examples["matmul"]
+    found = recommend_pipeline(module, 10, engine=engine)
+    assert [s for s, _ in found.tried][:6] == small.choose(None, 6)
+    # the bound is read per module: with it below this module's size, the search takes the large modules' one
+    monkeypatch.setitem(ranker_module.DEFAULT_RANKERS, "ir-count",
+                        ((0, default_ranker_name()), (module.instruction_count, default_ranker_name(
+                            instructions=LARGE_MODULE))))
+    found = recommend_pipeline(module, 10, engine=engine)
+    assert [s for s, _ in found.tried][:6] == large.choose(None, 6)
 
 
 # ------------------------------------------------------------------------------------------- the text-size objective

@@ -3,7 +3,7 @@
 For each held-out program and budget N (candidate compilations; -Oz is the reference every method gets):
 
 - ``ranker`` (unless ``ranker=False``): :func:`recommend_pipeline` with a pipeline ranker (default: the shipped
-  one, what ``recommend_pipeline`` uses when no library is asked for), then local search;
+  one for the module's size, what ``recommend_pipeline`` uses when no library is asked for), then local search;
 - ``pqbert-library``: :func:`recommend_pipeline` (nearest library programs by embedding, then local search);
 - ``random-neighbors``: the same, consulting random library programs instead of the nearest (does the embedding
   matter?);
@@ -60,15 +60,14 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
 
     ``kind`` ("small" or "real") and ``max_instructions`` narrow the modules drawn from. ``ranker``: the pipeline
     ranker of method "ranker" (a :class:`~behavioral_pq.tasks.guidance.ranker.PipelineRanker` or its folder;
-    None: the shipped one; False: leave the method out).
+    None: the shipped one for each module's size; False: leave the method out).
 
     Embeddings come from the store's spectra for the encoder's probe set (programs without spectra are measured).
     """
     from tqdm import tqdm
 
-    if ranker is None:
-        ranker = default_ranker()
-    elif ranker is not False and not hasattr(ranker, "choose"):
+    shipped_ranker = ranker is None        # the shipped one for each module's size
+    if ranker is not None and ranker is not False and not hasattr(ranker, "choose"):
         ranker = load_ranker(ranker)
     # the modules are embedded under the pooling the library's programs were embedded with
     encoder = with_pooling_of(encoder or load_encoder(), library.encoder)
@@ -125,7 +124,8 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                 row["counts"]["random-neighbors"][budget] = ablation.instruction_count
                 row["seconds"]["random-neighbors"][budget] = ablation.seconds
                 if RANKER_METHOD in methods:
-                    ranked = recommend_pipeline(module, budget, engine=engine, encoder=encoder, ranker=ranker,
+                    chooser = default_ranker(instructions=module.instruction_count) if shipped_ranker else ranker
+                    ranked = recommend_pipeline(module, budget, engine=engine, encoder=encoder, ranker=chooser,
                                                 seed=seed)
                     row["counts"][RANKER_METHOD][budget] = ranked.instruction_count
                     row["seconds"][RANKER_METHOD][budget] = ranked.seconds

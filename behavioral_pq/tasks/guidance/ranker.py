@@ -585,18 +585,34 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
     return ranker
 
 
-#: The shipped rankers (``checkpoints/``), by objective, fitted on the real train projects' rows. Instruction
-#: count: no module input, its modules' rows after :func:`~behavioral_pq.tasks.guidance.build.deepen_pool`. Text
-#: size: Autophase, its whole programs' rows (built as ``bpq compile --whole-program`` builds them). See
+#: From this many IR instructions a module counts as large: the instruction-count search takes the large
+#: modules' ranker (:data:`DEFAULT_RANKERS`). The lower bound of the 5k-50k size bucket the reports use.
+LARGE_MODULE = 5000
+#: The shipped rankers (``checkpoints/``), by objective: ``(bound, name)`` pairs, a module of ``n`` IR instructions
+#: taking the last whose ``bound <= n``. Instruction count: no module input, fitted on the real train projects'
+#: modules' rows after :func:`~behavioral_pq.tasks.guidance.build.deepen_pool`; from :data:`LARGE_MODULE` on, the
+#: pool deepened once more by deep searches on train modules of 3,000-10,000 instructions (their winners raise
+#: large valid modules and cost smaller ones: BENCHMARKS, "Deep searches on large train modules"). Text size:
+#: Autophase, its whole programs' rows (built as ``bpq compile --whole-program`` builds them). See
 #: ``checkpoints/README.md``.
-DEFAULT_RANKERS = {"ir-count": "ranker-none-real-s0", "text-size": "ranker-size-autophase-deep-s0"}
-DEFAULT_RANKER = DEFAULT_RANKERS["ir-count"]
+DEFAULT_RANKERS = {"ir-count": ((0, "ranker-none-real-s0"), (LARGE_MODULE, "ranker-none-large-s0")),
+                   "text-size": ((0, "ranker-size-autophase-deep-s0"),)}
 _ranker_cache: Dict[str, PipelineRanker] = {}
 
 
-def default_ranker(objective: str = "ir-count") -> Optional[PipelineRanker]:
-    """The shipped ranker for ``objective``, loaded once per process (None where none is shipped)."""
-    name = DEFAULT_RANKERS[check_objective(objective)]
+def default_ranker_name(objective: str = "ir-count", instructions: Optional[int] = None) -> str:
+    """The name of the shipped ranker for ``objective`` and a module of ``instructions`` IR instructions (None:
+    the smallest modules' ranker)."""
+    choices = DEFAULT_RANKERS[check_objective(objective)]
+    if instructions is None:
+        return choices[0][1]
+    return [name for bound, name in choices if instructions >= bound][-1]
+
+
+def default_ranker(objective: str = "ir-count", instructions: Optional[int] = None) -> Optional[PipelineRanker]:
+    """The shipped ranker for ``objective`` and a module of ``instructions`` IR instructions (None: the smallest
+    modules' one; see :data:`DEFAULT_RANKERS`), loaded once per process (None where none is shipped)."""
+    name = default_ranker_name(objective, instructions)
     if name not in _ranker_cache:
         path = shipped(name)
         if not path.is_dir():

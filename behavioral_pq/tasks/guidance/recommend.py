@@ -166,7 +166,9 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             by the caller (each reserved as long as -Oz took), so that they too end within ``seconds``.
         ranker: a :class:`~behavioral_pq.tasks.guidance.ranker.PipelineRanker` (or its folder) trained for
             ``objective``: its choice from its pool replaces the library's retrieval. Default: the shipped ranker
-            of the objective (:func:`~behavioral_pq.tasks.guidance.ranker.default_ranker`) when no ``library``,
+            of the objective for the module's size (:func:`~behavioral_pq.tasks.guidance.ranker.default_ranker`:
+            for instruction counts, modules of 5,000 instructions or more take a ranker of their own) when no
+            ``library``,
             ``embedding``, ``neighbor_indices`` or ``learn`` asks for the library's retrieval;
             ``False``: the library's retrieval (the shipped library when ``library`` is None). The first
             ``max(1, round(budget * ranked_share))`` candidates are its picks (all of the budget when it is 1 or
@@ -213,7 +215,7 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
     engine = engine or default_engine()
     module = load_module(module, engine=engine)
     if ranker is None and library is None and embedding is None and neighbor_indices is None and not learn:
-        ranker = default_ranker(objective)
+        ranker = default_ranker(objective, module.instruction_count)
     if ranker is not None and ranker is not False:
         return _ranked_search(module, budget, ranker, engine=engine, encoder=encoder, seed=seed, progress=progress,
                               objective=objective, target=target, deadline=deadline,
