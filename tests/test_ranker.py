@@ -19,7 +19,16 @@ from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.errors import RankerError
-from behavioral_pq.tasks.guidance import GENERIC, OZ, default_library, describe_steps, recommend_pipeline
+from behavioral_pq.core.catalog import MEANING_CHANGING, meaning_preserving
+from behavioral_pq.tasks.guidance import (
+    GENERIC,
+    OZ,
+    default_library,
+    describe_steps,
+    greedy_search,
+    random_search,
+    recommend_pipeline,
+)
 from behavioral_pq.tasks.guidance.build import deepen_pool
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
 import behavioral_pq.tasks.guidance.ranker as ranker_module
@@ -474,13 +483,68 @@ def test_large_modules_take_the_large_modules_ranker(engine, examples, monkeypat
     assert default_ranker_name("text-size", 10**6) == default_ranker_name("text-size")   # one text-size ranker
     module = examples["matmul"]
     found = recommend_pipeline(module, 10, engine=engine)
-    assert [s for s, _ in found.tried][:6] == small.choose(None, 6)
+    assert [s for s, _ in found.tried][:6] == [meaning_preserving(s) for s in small.choose(None, 6)]
     # the bound is read per module: with it below this module's size, the search takes the large modules' one
     monkeypatch.setitem(ranker_module.DEFAULT_RANKERS, "ir-count",
                         ((0, default_ranker_name()), (module.instruction_count, default_ranker_name(
                             instructions=LARGE_MODULE))))
     found = recommend_pipeline(module, 10, engine=engine)
-    assert [s for s, _ in found.tried][:6] == large.choose(None, 6)
+    assert [s for s, _ in found.tried][:6] == [meaning_preserving(s) for s in large.choose(None, 6)]
+
+
+#: What clang++ writes for a call in a try block with a catch (an invoke and its landing pad), and an atomic add.
+GUARDED = """
+declare void @may_throw()
+declare i32 @__gxx_personality_v0(...)
+define i32 @guarded(ptr %p) personality ptr @__gxx_personality_v0 {
+entry:
+  invoke void @may_throw() to label %ok unwind label %caught
+ok:
+  %old = atomicrmw add ptr %p, i32 1 seq_cst
+  ret i32 %old
+caught:
+  %lp = landingpad { ptr, i32 } catch ptr null
+  ret i32 -1
+}
+"""
+
+
+def test_searches_never_build_the_passes_that_change_what_a_program_does(engine):
+    module = bpq.load_module(GUARDED, engine=engine)
+    changed = bpq.optimize(module, "-lowerinvoke -simplifycfg -loweratomic", engine=engine)
+    assert "landingpad" not in changed.text() and "atomicrmw" not in changed.text()   # the handler and atomicity gone
+    assert changed.instruction_count < bpq.optimize(module, "Oz", engine=engine).instruction_count  # and fewer
+    assert meaning_preserving(("-Oz", "-lowerinvoke", "-gvn", "-loweratomic")) == ("-Oz", "-gvn")
+    pool = [("-lowerinvoke", "-simplifycfg"), ("-loweratomic",), (OZ, "-lowerinvoke", "-simplifycfg"),
+            ("-instcombine",)]
+    for objective in ("ir-count", "text-size"):
+        ranker = PipelineRanker(pool, "none", np.zeros(0), np.zeros(0), np.zeros((0, 4)),
+                                np.array([0.3, 0.2, 0.1, 0.0]), np.zeros((1, 4)), objective=objective)
+        found = recommend_pipeline(module, 8, engine=engine, ranker=ranker, objective=objective)
+        tried = [steps for steps, _ in found.tried]
+        first = tried.index(("-simplifycfg",))                   # the first pick, measured without -lowerinvoke
+        assert first == (0 if objective == "ir-count" else 2) and (OZ, "-simplifycfg") in tried, tried
+        assert not any(flag in steps for steps in tried for flag in MEANING_CHANGING), tried
+        built = bpq.optimize(module, found.pipeline, engine=engine)
+        assert "landingpad" in built.text() and "atomicrmw" in built.text()
+    for search in (random_search, greedy_search):
+        found = search(module, 40, engine=engine)
+        assert not any(flag in steps for steps, _ in found.tried for flag in MEANING_CHANGING)
+    oz, counts = measure_pool(module, pool + [("-lowerinvoke",)], engine)   # rows hold what a search would run
+    assert counts[:2] + counts[3:4] == measure_pool(module, [("-simplifycfg",), (), ("-instcombine",)], engine)[1]
+    assert counts[1] is None and counts[4] is None and counts[2] >= oz
+
+
+def test_cli_runs_a_meaning_changing_pass_when_asked_with_a_note(tmp_path, capsys):
+    source = tmp_path / "guarded.ll"
+    source.write_text(GUARDED)
+    for passes in ("-lowerinvoke -simplifycfg", "86,10"):                     # flags or catalog indices
+        out = tmp_path / f"out-{len(passes)}.ll"
+        code, _, err = bpq_main(capsys, "optimize", source, "--passes", passes, "-o", out)
+        assert code == 0 and "landingpad" not in out.read_text(), err
+        assert "note: -lowerinvoke changes what the program does (exceptions thrown" in err
+    code, _, err = bpq_main(capsys, "optimize", source, "--passes", "-simplifycfg", "-o", tmp_path / "plain.ll")
+    assert code == 0 and "note:" not in err
 
 
 # ------------------------------------------------------------------------------------------- the text-size objective

@@ -7,10 +7,11 @@ import argparse
 import io
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from behavioral_pq.core.catalog import resolve_pipeline
+from behavioral_pq.core.catalog import MEANING_CHANGING, PASSES, resolve_pipeline
 from behavioral_pq.core.files import (  # check_output_folder: for the verbs with --out DIR
     check_output_file,
     check_output_folder,  # noqa: F401
@@ -39,11 +40,17 @@ def print_json(data) -> None:
 
 
 def parse_passes(text: str) -> str:
-    """A ``--passes`` value as a new-PM pipeline: catalog indices ("1,57") or what ``resolve_pipeline`` takes."""
+    """A ``--passes`` value as a new-PM pipeline: catalog indices ("1,57") or what ``resolve_pipeline`` takes.
+    Passes that change what the program does (``catalog.MEANING_CHANGING``) are run as asked, with a note on
+    stderr."""
     parts = text.replace(",", " ").split()
-    if parts and all(p.isdigit() for p in parts):
-        return resolve_pipeline([int(p) for p in parts])
-    return resolve_pipeline(text)
+    indices = bool(parts) and all(p.isdigit() for p in parts)
+    pipeline = resolve_pipeline([int(p) for p in parts]) if indices else resolve_pipeline(text)
+    flags = [PASSES[int(p)].flag for p in parts] if indices else parts
+    for flag in dict.fromkeys(f for f in flags if f in MEANING_CHANGING):
+        print(f"bpq: note: {flag} changes what the program does ({MEANING_CHANGING[flag]}); pipeline searches "
+              "never choose it", file=sys.stderr)
+    return pipeline
 
 
 # -- programs: one module from several files, flags or a compile_commands.json -----------------------------------

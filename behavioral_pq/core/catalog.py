@@ -45,6 +45,16 @@ OZ_LIKE_ORDER = (
 )
 
 
+#: Catalog passes that change what a program does. CompilerGym's action space has them (LLVM runs them for
+#: targets that lack the feature); a pipeline meant to be built must not: ``-lowerinvoke`` turns every ``invoke``
+#: into a ``call``, so an exception thrown through the function skips its handlers and cleanups (a caught
+#: exception ends the program in std::terminate); ``-loweratomic`` turns atomic operations into plain loads and
+#: stores, so threads race. On a module without invokes or atomics they change nothing. The pipeline searches
+#: (:class:`~behavioral_pq.tasks.guidance.trials.Trials`) leave them out (:func:`meaning_preserving`); the
+#: environment and the probes keep the whole action space.
+MEANING_CHANGING = {"-lowerinvoke": "exceptions thrown through a call skip its handlers and cleanups",
+                    "-loweratomic": "atomic operations become plain loads and stores, so threads race"}
+
 @dataclass(frozen=True)
 class Pass:
     """One catalog entry.
@@ -123,6 +133,10 @@ def steps_pipeline(steps: Iterable[PassLike]) -> str:
         raise UnknownPassError("empty pass sequence")
     return ",".join(elements)
 
+
+def meaning_preserving(steps: Iterable[str]) -> Tuple[str, ...]:
+    """``steps`` without the passes of :data:`MEANING_CHANGING` (the empty tuple when nothing else is left)."""
+    return tuple(step for step in steps if step not in MEANING_CHANGING)
 
 def resolve_pipeline(passes: Union[str, Sequence[PassLike]]) -> str:
     """Turn what a user wrote into a new-PM pipeline string.

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from behavioral_pq.core.catalog import PASSES, steps_pipeline
+from behavioral_pq.core.catalog import PASSES, meaning_preserving, steps_pipeline
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.corpus.reader import Corpus
@@ -66,8 +66,11 @@ def measure_pool(module, pool: Sequence[Steps], engine) -> Tuple[int, List[Optio
     """IR instructions after -Oz and after each pipeline of ``pool`` on ``module`` (None where one failed).
 
     One engine call over a tree: each pipeline continues from its longest proper prefix that is measured too (-Oz
-    is), so ``(-Oz, p, -Oz)`` costs one -Oz run after ``(-Oz, p)``."""
-    order = sorted(dict.fromkeys([(OZ,), *map(tuple, pool)]), key=len)
+    is), so ``(-Oz, p, -Oz)`` costs one -Oz run after ``(-Oz, p)``. A pipeline is measured as a search runs it,
+    without the passes that change what the program does (:func:`~behavioral_pq.core.catalog.meaning_preserving`);
+    one left with no pass counts as failed."""
+    pool = [meaning_preserving(steps) for steps in pool]
+    order = sorted(dict.fromkeys([(OZ,), *(steps for steps in pool if steps)]), key=len)
     node: Dict[Steps, int] = {}
     parents: List[int] = []
     edges: List[str] = []
@@ -81,7 +84,7 @@ def measure_pool(module, pool: Sequence[Steps], engine) -> Tuple[int, List[Optio
     if errors[oz] is not None:
         raise errors[oz]
     total = AUTOPHASE_FEATURES.index("TotalInsts")
-    counts = [None if errors[node[tuple(s)]] is not None else int(features[node[tuple(s)], total]) for s in pool]
+    counts = [None if not s or errors[node[s]] is not None else int(features[node[s], total]) for s in pool]
     return int(features[oz, total]), counts
 
 

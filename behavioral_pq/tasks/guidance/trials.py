@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from behavioral_pq.core.catalog import BASELINES, steps_pipeline
+from behavioral_pq.core.catalog import BASELINES, meaning_preserving, steps_pipeline
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.target import Target
@@ -247,8 +247,11 @@ class Trials:
         """Measure the candidates not measured yet, as far as the budget goes: one batched engine call, or with a
         ``deadline`` (a ``time.monotonic()`` value) one call per round of the engine's workers, in the given
         order, until it passes. A candidate cut by the deadline is not counted. Returns False when the deadline
-        cut the batch short."""
-        new = [s for s in dict.fromkeys(tuple(c) for c in candidates) if s not in self.counts][:max(self.left, 0)]
+        cut the batch short. A candidate is measured without the passes that change what the program does
+        (:func:`~behavioral_pq.core.catalog.meaning_preserving`): what is built from a search must behave as its
+        source does."""
+        new = [s for s in dict.fromkeys(meaning_preserving(c) for c in candidates)
+               if s and s not in self.counts][:max(self.left, 0)]
         step = len(new) if deadline is None else max(1, self.engine.workers)
         for first in range(0, len(new), max(step, 1)):
             if deadline is not None and time.monotonic() >= deadline:
@@ -288,14 +291,15 @@ def measure_text_pool(module: Module, pool: Iterable[Steps], engine, target: Tar
     """.text bytes after -Oz and after each pipeline of ``pool`` on ``module`` (None where one failed), measured as
     a text-size search measures its candidates (:class:`Trials`): each compiled for :func:`candidate_target` of
     ``target``, a pipeline that begins with a whole-pipeline step (``-Oz``, ``-Os``, ``-Oz-outline``) continuing
-    from that step's result, which is measured first, once. Raises the error of -Oz when -Oz fails."""
+    from that step's result, which is measured first, once. A pipeline is measured as the search runs it, without
+    the passes that change what the program does. Raises the error of -Oz when -Oz fails."""
     pool = [tuple(steps) for steps in pool]
     heads = [(head,) for head in dict.fromkeys(steps[0] for steps in pool if len(steps) > 1)
              if head.lstrip("-") in BASELINES]
     trials = Trials(module, engine, len(heads) + len(pool), objective="text-size", target=target)
     trials.run(heads, "pool")
     trials.run(pool, "pool")
-    return trials.oz_count, [trials.counts.get(steps) for steps in pool]
+    return trials.oz_count, [trials.counts.get(meaning_preserving(steps)) for steps in pool]
 
 
 @dataclass(frozen=True)
