@@ -73,13 +73,15 @@ def main() -> int:
             trials = Trials(built, engine, 1, objective="text-size", target=target)   # as bpq compile does
             trials.run([SIZE_SEEDS], "-Os")
             optimized = optimize(built, steps_pipeline(trials.best()[0]), target=trials.target_for(trials.best()[0]))
-            outline = args.outline == "on"
+            outline, placement = args.outline == "on", True
             if args.outline == "auto":
-                outline, row["text"], row["text_plain"] = smaller_codegen(optimized.bitcode)
+                choice = smaller_codegen(optimized.bitcode)
+                outline, placement, row["text"], row["text_plain"] = choice
             else:
                 row["text"] = row["text_plain"] = text_size(optimized.bitcode, outline=outline)
-            row["outline"] = outline
-            lowering = lower(optimized.verify(), LlcBackend(outline=outline), verify=True, reference=module)
+            row["outline"], row["block_placement"] = outline, placement
+            lowering = lower(optimized.verify(), LlcBackend(outline=outline, block_placement=placement), verify=True,
+                             reference=module)
             row["verdict"] = lowering.verdict.stage if lowering.verdict is not None else "unchecked"
         except BPQError as exc:
             row["verdict"] = "error"

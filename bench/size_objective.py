@@ -20,8 +20,9 @@ bytes of the result; ``target -Oz`` and ``text-size@B`` are the linked module's,
 program (so the ratio includes what optimizing the program as one module gains: inlining across units). Whole
 programs are also measured as ``bpq compile --whole-program`` builds them (every definition but ``main`` made
 internal first, as LTO does for an executable): ``whole -Oz`` (the LTO-like baseline) and ``whole text-size@B``.
-Each of these is also measured with llc's machine outliner where it makes the .text smaller (``+outliner``:
-:func:`~behavioral_pq.core.toolchain.smaller_codegen`, what ``bpq compile --outline auto`` does), so the gain of the
+Each of these is also measured with llc's machine outliner where it makes the .text smaller (``outlined``), and
+with the outliner and block placement each where they do (``codegen``: what
+:func:`~behavioral_pq.core.toolchain.smaller_codegen` and ``bpq compile`` choose by default), so the gain of the
 codegen choice is seen apart from the pipeline's, and against the LTO-like baseline given the same choice.
 Ratios are ours over the baseline's (below 1: smaller); geometric means per group. With ``--library NAME=DIR``
 (repeatable) each library's search is measured in the same run on the same embedding (default: the shipped
@@ -131,7 +132,7 @@ def main() -> int:
 
     import behavioral_pq as bpq
     from behavioral_pq.core.target import Target
-    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, smaller_codegen, text_size
+    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, text_size
     from behavioral_pq.artifacts import with_pooling_of
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
@@ -173,7 +174,10 @@ def main() -> int:
     if libraries:
         encoder = with_pooling_of(encoder, next(iter(libraries.values())).encoder)
     def outlined(bitcode):
-        return smaller_codegen(bitcode, cpu=target.cpu or None)[1]
+        """.text with the smaller codegen: (the machine outliner where smaller, that or block placement off too)."""
+        sizes = {(o, b): text_size(bitcode, outline=o, block_placement=b, cpu=target.cpu or None)
+                 for o in (False, True) for b in (True, False)}
+        return min(sizes[False, True], sizes[True, True]), min(sizes.values())
 
     def search_all(module):
         """label -> (recommendation, seconds with the probes of a library search, .text with the smaller codegen)
@@ -207,25 +211,26 @@ def main() -> int:
             row["target_oz"] = text_size(oz)
             whole_program = not isinstance(source, Path)
             row.update(searched={}, method={}, search_seconds={}, whole_searched={},
-                       outlined={"target_oz": outlined(oz), "searched": {}, "whole_searched": {}})
+                       outlined={"searched": {}, "whole_searched": {}}, codegen={"searched": {}, "whole_searched": {}})
+            row["outlined"]["target_oz"], row["codegen"]["target_oz"] = outlined(oz)
             if not (whole_program and args.skip_linked):
                 for label, (found, seconds, smallest) in search_all(module).items():
                     row["search_seconds"][label] = seconds
                     row["searched"][label] = found.text_size
                     row["method"][label] = found.method
-                    row["outlined"]["searched"][label] = smallest
+                    row["outlined"]["searched"][label], row["codegen"]["searched"][label] = smallest
                     assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
             if whole_program:
                 whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
                 row["whole_instructions"] = whole.instruction_count
                 whole_oz = bpq.optimize(whole, "Oz", target=target).bitcode
                 row["whole_oz"] = text_size(whole_oz)
-                row["outlined"]["whole_oz"] = outlined(whole_oz)
+                row["outlined"]["whole_oz"], row["codegen"]["whole_oz"] = outlined(whole_oz)
                 row["whole_seconds"] = {}
                 for label, (found, seconds, smallest) in search_all(whole).items():
                     row["whole_seconds"][label] = seconds
                     row["whole_searched"][label] = found.text_size
-                    row["outlined"]["whole_searched"][label] = smallest
+                    row["outlined"]["whole_searched"][label], row["codegen"]["whole_searched"][label] = smallest
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
@@ -236,22 +241,25 @@ def main() -> int:
             continue
         g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "whole_oz": [], "seconds": {},
                                              "searched": {}, "whole_searched": {}, "whole_vs_lto": {},
-                                             "outlined": {}})
+                                             "outlined": {}, "codegen": {}})
         g["programs"] += 1
         g["target_oz"].append(row["target_oz"] / row["clang_oz"])
-        o = row["outlined"]
-        ratios = {"target_oz_vs_clang_oz": o["target_oz"] / row["clang_oz"]}
-        for label, value in o["searched"].items():
-            ratios[f"{label}_text_size_vs_clang_oz"] = value / row["clang_oz"]
-        if "whole_oz" in o:
-            ratios["whole_oz_vs_clang_oz"] = o["whole_oz"] / row["clang_oz"]
-            ratios["whole_oz_vs_whole_oz"] = o["whole_oz"] / row["whole_oz"]
-            for label, value in o["whole_searched"].items():
-                ratios[f"{label}_whole_text_size_vs_clang_oz"] = value / row["clang_oz"]
-                ratios[f"{label}_whole_text_size_vs_whole_oz"] = value / row["whole_oz"]
-                ratios[f"{label}_whole_text_size_vs_whole_oz_outlined"] = value / o["whole_oz"]
-        for key, ratio in ratios.items():
-            g["outlined"].setdefault(key, []).append(ratio)
+        for kind in ("outlined", "codegen"):
+            o = row.get(kind)
+            if o is None:
+                continue
+            ratios = {"target_oz_vs_clang_oz": o["target_oz"] / row["clang_oz"]}
+            for label, value in o["searched"].items():
+                ratios[f"{label}_text_size_vs_clang_oz"] = value / row["clang_oz"]
+            if "whole_oz" in o:
+                ratios["whole_oz_vs_clang_oz"] = o["whole_oz"] / row["clang_oz"]
+                ratios["whole_oz_vs_whole_oz"] = o["whole_oz"] / row["whole_oz"]
+                for label, value in o["whole_searched"].items():
+                    ratios[f"{label}_whole_text_size_vs_clang_oz"] = value / row["clang_oz"]
+                    ratios[f"{label}_whole_text_size_vs_whole_oz"] = value / row["whole_oz"]
+                    ratios[f"{label}_whole_text_size_vs_whole_oz_outlined"] = value / o["whole_oz"]
+            for key, ratio in ratios.items():
+                g[kind].setdefault(key, []).append(ratio)
         for label, value in row["searched"].items():
             g["searched"].setdefault(label, []).append(value / row["clang_oz"])
             g["seconds"].setdefault(label, []).append(row["search_seconds"][label])
@@ -264,7 +272,8 @@ def main() -> int:
     summary = {}
     for name, g in groups.items():
         s = summary[name] = {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"]),
-                             "outliner": {k: geomean(v) for k, v in g["outlined"].items()}}
+                             "outliner": {k: geomean(v) for k, v in g["outlined"].items()},
+                             "codegen": {k: geomean(v) for k, v in g["codegen"].items()}}
         for label, ratios in g["searched"].items():
             s[label] = {f"geomean_text_size_at_{b}_vs_clang_oz": geomean(ratios),
                         "smaller_than_clang_oz": sum(r < 1 for r in ratios),
@@ -302,6 +311,10 @@ def main() -> int:
     print("\nWith the machine outliner where it makes the .text smaller (geomeans):")
     for name, s in summary.items():
         print(f"- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in s["outliner"].items()))
+    print("\nWith the machine outliner and block placement each where they make the .text smaller (geomeans; "
+          "'_outlined' ratios: against -Oz given the same choice):")
+    for name, s in summary.items():
+        print(f"- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in s["codegen"].items()))
     failed = [r for r in rows if "error" in r]
     if failed:
         print(f"{len(failed)} programs failed: " + "; ".join(f"{r['name']}: {r['error'][:80]}" for r in failed[:5]))

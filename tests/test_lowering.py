@@ -3,6 +3,7 @@ answering scripted completions (no test needs the internet)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -466,14 +467,41 @@ def test_machine_outliner_is_kept_only_where_the_text_is_smaller(tmp_path):
     source.write_text(REPEATED_BODIES)
     target = Target.module_cpus()
     bitcode = optimize(load_module(source), "Oz", target=target).bitcode
-    outline, chosen, plain = smaller_codegen(bitcode)
-    assert outline and chosen == text_size(bitcode, outline=True) < plain == text_size(bitcode)
+    choice = smaller_codegen(bitcode, block_placement=(True,))          # the outliner alone
+    assert choice.outline and choice.text == text_size(bitcode, outline=True) < choice.plain == text_size(bitcode)
     assert "OUTLINED_FUNCTION" in llc_assembly(bitcode, outline=True)
     assert "OUTLINED_FUNCTION" not in llc_assembly(bitcode)
     small = optimize(load_module(EXAMPLES / "sum_array.c"), "Oz", target=target).bitcode
-    outline, chosen, plain = smaller_codegen(small)
-    assert not outline and chosen == plain == text_size(small)
+    choice = smaller_codegen(small)
+    assert choice == (False, True, text_size(small), text_size(small))     # ties keep llc's defaults
     assert LlcBackend(outline=True).options()["machine_outliner"] is True
+
+
+#: A main that checks forty results, each failure printing and returning: block placement moves the failure
+#: blocks after the checks, so every branch to one needs a 4-byte displacement; in source order they are near.
+CHECKS = "#include <stdio.h>\n__attribute__((noinline)) int step(int v, int i) { return (v * 7 + i * 7) % 13; }\n" \
+    "int main(int argc, char **argv) {\n  int v = argc - 1;\n" + "".join(
+        f'  if (step(v, {i}) != {i * 7 % 13}) {{ printf("check {i} failed: %d\\n", step(v, {i})); return {i + 1}; }}\n'
+        for i in range(40)) + '  puts("ok");\n  return 0;\n}\n'
+
+
+def test_block_placement_is_turned_off_only_where_the_text_is_smaller(tmp_path):
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import smaller_codegen, text_size
+    from behavioral_pq.lowering.backends import LlcBackend
+
+    source = tmp_path / "checks.c"
+    source.write_text(CHECKS)
+    bitcode = optimize(load_module(source), "Oz", target=Target.module_cpus()).bitcode
+    choice = smaller_codegen(bitcode)
+    assert not choice.block_placement and not choice.outline
+    assert choice.text == text_size(bitcode, block_placement=False) < 0.95 * choice.plain
+    assert choice.plain == text_size(bitcode) == min(text_size(bitcode, outline=True), choice.plain)
+    assert llc_assembly(bitcode, block_placement=False) != llc_assembly(bitcode)
+    assert smaller_codegen(bitcode, block_placement=(True,)).text == choice.plain     # asked to keep it: kept
+    backend = LlcBackend(block_placement=False)
+    assert backend.options()["block_placement"] is False
+    assert backend.lower(load_module(bitcode)).assembly == llc_assembly(bitcode, block_placement=False)
 
 
 def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
@@ -487,7 +515,7 @@ def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
         binary = tmp_path / choice
         proc = bpq("compile", str(source), "--outline", choice, "-o", str(binary))
         assert proc.returncode == 0, proc.stderr
-        assert ("codegen:   machine outliner on (.text" in proc.stdout) == (choice == "auto")
+        assert ("codegen:   machine outliner on, block placement" in proc.stdout) == (choice == "auto")
         assert "verification: ok" in proc.stdout
         assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == expected
         table = subprocess.run(["llvm-nm-19", str(binary)], capture_output=True, text=True).stdout
@@ -495,6 +523,23 @@ def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
     assert symbols == {"auto": True, "off": False}
     proc = bpq("compile", str(source), "--objective", "speed", "--outline", "on", "-o", str(tmp_path / "s"))
     assert proc.returncode == 2 and "--outline on is an llc option of size builds" in proc.stderr
+
+
+def test_cli_compile_for_size_turns_block_placement_off_where_it_pays(tmp_path):
+    source = tmp_path / "checks.c"
+    source.write_text(CHECKS)
+    sizes = {}
+    for choice in ("auto", "on"):
+        binary = tmp_path / choice
+        proc = bpq("compile", str(source), "--block-placement", choice, "-o", str(binary))
+        assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+        assert ("block placement off (.text" in proc.stdout) == (choice == "auto"), proc.stdout
+        run = subprocess.run([str(binary)], capture_output=True, text=True)
+        assert run.returncode == 0 and run.stdout == "ok\n"
+        sizes[choice] = int(re.search(r"\(\.text (\d+) bytes", proc.stdout).group(1))
+    assert sizes["auto"] < sizes["on"]
+    proc = bpq("compile", str(source), "--objective", "speed", "--block-placement", "off", "-o", str(tmp_path / "s"))
+    assert proc.returncode == 2 and "--block-placement off is an llc option of size builds" in proc.stderr
 
 
 def test_cli_compile_links_a_cxx_program_with_the_cxx_runtime(tmp_path):

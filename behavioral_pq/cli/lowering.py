@@ -217,6 +217,9 @@ def cmd_compile(args) -> int:
     if args.outline == "on" and (args.objective == "speed" or args.backend != "llc"):
         raise ValueError("--outline on is an llc option of size builds: drop it with --objective speed or "
                          "--backend llm")
+    if args.block_placement == "off" and (args.objective == "speed" or args.backend != "llc"):
+        raise ValueError("--block-placement off is an llc option of size builds: drop it with --objective speed or "
+                         "--backend llm")
     stem = Path(args.files[0]).stem if args.files else "program"
     names = [Path(args.output)] if args.output else [Path(stem), Path(stem + ".o")]   # without -o: main decides
     if args.keep_assembly:
@@ -280,14 +283,17 @@ def cmd_compile(args) -> int:
                   f"-Os {trials.counts[SIZE_SEEDS] or 'failed'})")
         optimized = optimize(module, pipeline, target=built_for).verify()
         print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
-        outline = args.outline == "on"
-        if args.outline == "auto" and args.backend == "llc" and target is not None:
-            outline, chosen, plain = smaller_codegen(optimized.bitcode, opt_level=args.opt_level,
-                                                     cpu=target.cpu or None, relocation_model=args.relocation_model)
-            print(f"   codegen:   machine outliner {'on' if outline else 'off'} (.text {chosen} bytes, "
-                  f"{plain} without it)")
+        outline, placement = args.outline == "on", args.block_placement != "off"
+        if "auto" in (args.outline, args.block_placement) and args.backend == "llc" and target is not None:
+            choice = smaller_codegen(optimized.bitcode, opt_level=args.opt_level, cpu=target.cpu or None,
+                                     relocation_model=args.relocation_model,
+                                     outline=(False, True) if args.outline == "auto" else (outline,),
+                                     block_placement=(True, False) if args.block_placement == "auto" else (placement,))
+            outline, placement = choice.outline, choice.block_placement
+            print(f"   codegen:   machine outliner {'on' if outline else 'off'}, block placement "
+                  f"{'on' if placement else 'off'} (.text {choice.text} bytes, {choice.plain} with llc's defaults)")
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
-                              relocation_model=args.relocation_model, outline=outline)
+                              relocation_model=args.relocation_model, outline=outline, block_placement=placement)
                    if args.backend == "llc" else _llm_backend(args))
         lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run=run)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
@@ -438,6 +444,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--outline", choices=("auto", "on", "off"), default="auto",
                    help="llc's machine outliner (repeated instruction sequences become calls; size builds only): "
                         "auto (default) keeps it where the .text is smaller in target mode, on, or off")
+    p.add_argument("--block-placement", choices=("auto", "on", "off"), default="auto",
+                   help="llc's block placement (blocks laid out for branch prediction; off keeps the IR's order, "
+                        "often smaller; size builds only): auto (default) turns it off where the .text is smaller "
+                        "in target mode, on, or off")
     p.add_argument("--whole-program", action="store_true",
                    help="FILEs are the whole program: make every definition but main internal first, as LTO does "
                         "(unused code goes, single callers inline; often far smaller, see BENCHMARKS.md)")

@@ -53,27 +53,29 @@ class Lowering:
 
 class LlcBackend:
     """``llc-19 -O<opt_level>`` for x86-64: ``cpu`` for functions that name none, ``fp_contract``,
-    ``relocation_model`` and the machine outliner (``outline``) as llc takes them (see
-    :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
+    ``relocation_model``, the machine outliner (``outline``) and block placement (``block_placement``) as llc
+    takes them (see :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
 
     name = "llc"
 
     def __init__(self, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
-                 relocation_model: str = "pic", outline: bool = False):
+                 relocation_model: str = "pic", outline: bool = False, block_placement: bool = True):
         if opt_level not in (0, 1, 2, 3):
             raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
         self.opt_level, self.cpu, self.fp_contract = opt_level, cpu, fp_contract
-        self.relocation_model, self.outline = relocation_model, outline
+        self.relocation_model, self.outline, self.block_placement = relocation_model, outline, block_placement
 
     def options(self) -> dict:
         """The code-generation options, as recorded in outputs."""
         return {"llc": f"-O{self.opt_level}", "cpu": self.cpu, "fp_contract": self.fp_contract or "on",
-                "relocation_model": self.relocation_model, "machine_outliner": self.outline}
+                "relocation_model": self.relocation_model, "machine_outliner": self.outline,
+                "block_placement": self.block_placement}
 
     def lower(self, module, harness: Optional[Harness] = None) -> Lowering:
         start = time.monotonic()
         assembly = llc_assembly(module.bitcode, opt_level=self.opt_level, cpu=self.cpu, fp_contract=self.fp_contract,
-                                relocation_model=self.relocation_model, outline=self.outline)
+                                relocation_model=self.relocation_model, outline=self.outline,
+                                block_placement=self.block_placement)
         verdict = harness.check(assembly) if harness is not None else None
         return Lowering(assembly, self.name, verdict, (), time.monotonic() - start,
                         harness.notes if harness is not None else ())
