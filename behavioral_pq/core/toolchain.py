@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence
 
 from behavioral_pq.core.files import atomic_path, check_output_file
 from behavioral_pq.errors import CompileError, ToolError, ToolNotFoundError, ToolTimeoutError
