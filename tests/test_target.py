@@ -1,6 +1,7 @@
 """Measure mode and target mode (behavioral_pq.core.target): what each does to the code, and what stays put."""
 
 import json
+import re
 
 import pytest
 
@@ -204,6 +205,46 @@ int main(void) {
   return 0;
 }
 """
+
+
+#: f forwards to an external function; g calls it three times. -Oz's size threshold inlines f, threshold 0 keeps it.
+FORWARDER = """declare i32 @ext(i32)
+define internal i32 @f(i32 %v) {
+  %r = call i32 @ext(i32 %v)
+  ret i32 %r
+}
+define i32 @g(i32 %x) {
+  %a = call i32 @f(i32 %x)
+  %b = call i32 @f(i32 %a)
+  %c = call i32 @f(i32 %b)
+  ret i32 %c
+}
+"""
+
+
+CALLS_F = re.compile(r"call [^\n]*@f\(")
+
+
+def test_oz_inline0_runs_oz_with_its_inliner_threshold_zero(engine):
+    from behavioral_pq.core.catalog import steps_pipeline
+    from behavioral_pq.core.engine import check_pipeline
+    from behavioral_pq.errors import PipelineError
+
+    module = bpq.load_module(FORWARDER, engine=engine)
+    target = Target.module_cpus()
+    for mode in (None, target):                                          # measure and target mode
+        oz = bpq.optimize(module, "Oz", engine=engine, target=mode)
+        low = bpq.optimize(module, "Oz-inline0", engine=engine, target=mode)
+        assert not CALLS_F.search(oz.text()) and CALLS_F.search(low.text())
+        assert low.instruction_count > oz.instruction_count
+    assert steps_pipeline(("-Oz-inline0", "-gvn")) == "bpq-inline-threshold<0>,default<Oz>,function(gvn)"
+    anywhere = bpq.optimize(module, "function(gvn),bpq-inline-threshold<0>,default<Oz>", engine=engine)
+    assert CALLS_F.search(anywhere.text())                                     # one element, anywhere at the top
+    for bad in ("bpq-inline-threshold<0>", "bpq-inline-threshold<x>,default<Oz>",
+                "bpq-inline-threshold<-1>,default<Oz>", "bpq-inline-threshold<0>,bpq-inline-threshold<1>,default<Oz>",
+                "module(bpq-inline-threshold<0>),default<Oz>"):
+        with pytest.raises(PipelineError, match="bpq-inline-threshold"):
+            check_pipeline(bad)
 
 
 def test_oz_outline_outlines_what_functions_share_and_the_program_still_runs(tmp_path):

@@ -20,8 +20,13 @@ CATALOG_VERSION = "llvm-v0/llvm19-1"
 #: outliner (``iroutliner``: similar instruction sequences in several functions become one function and calls;
 #: clang's pipelines leave it off, and it is not in CompilerGym's action space), then -Oz again to tidy what it
 #: leaves. A size candidate of the text-size search (BENCHMARKS "The IR outliner as a size candidate").
+#: ``Oz-inline0``: -Oz with its inliner's threshold 0 instead of -Oz's own, a ``--passes`` name (``opt-19
+#: -passes='default<Oz>' -inline-threshold=0``; ``bpq-inline-threshold<N>`` is the engine's own element, not
+#: LLVM's): it halved a C++ train program's .text, and the text-size search, which does not try it, found as much
+#: there without it (BENCHMARKS "Block placement as a codegen choice", the inliner threshold).
 BASELINES = {"Oz": "default<Oz>", "O3": "default<O3>", "O2": "default<O2>", "O1": "default<O1>",
-             "Os": "default<Os>", "O0": "default<O0>", "Oz-outline": "default<Oz>,iroutliner,default<Oz>"}
+             "Os": "default<Os>", "O0": "default<O0>", "Oz-outline": "default<Oz>,iroutliner,default<Oz>",
+             "Oz-inline0": "bpq-inline-threshold<0>,default<Oz>"}
 
 #: LLVM 19's ``default<Oz>`` pipeline written with catalog passes, in order: the passes of
 #: ``opt-19 -passes='default<Oz>' -print-pipeline-passes`` that the catalog has (analyses, openmp-opt,

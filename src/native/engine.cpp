@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -113,11 +114,41 @@ void Progress::end(int thread) const {
 
 namespace {
 
+// A "bpq-inline-threshold<N>" element (ours, not LLVM's; one, at the top level of the pipeline) sets the threshold
+// of the inliner that the default pipelines of the pipeline build (PipelineTuningOptions::InlinerThreshold: what
+// opt's -inline-threshold=N does, for every caller, minsize ones included) instead of their level's own. Returns
+// the threshold (-1: none given) and the pipeline without the element.
+constexpr char kInlineThreshold[] = "bpq-inline-threshold<";
+
+std::pair<int, std::string> splitInlineThreshold(const std::string &text) {
+  const size_t prefix = sizeof(kInlineThreshold) - 1;
+  const size_t at = text.find(kInlineThreshold);
+  if (at == std::string::npos) return {-1, text};
+  const auto invalid = [&] {
+    return InputError("invalid pass pipeline '" + text + "': bpq-inline-threshold<N> takes an integer N other than "
+                      "-1, once, beside the passes it applies to (e.g. bpq-inline-threshold<0>,default<Oz>)");
+  };
+  const size_t close = text.find('>', at + prefix);
+  if (close == std::string::npos || (at > 0 && text[at - 1] != ',')) throw invalid();
+  int threshold = 0;
+  const std::string number = text.substr(at + prefix, close - at - prefix);
+  if (number.empty() || StringRef(number).getAsInteger(10, threshold) || threshold == -1) throw invalid();
+  std::string rest = text.substr(0, at) + text.substr(close + 1);          // the element out, then one comma
+  if (at > 0 && (close + 1 == text.size() || text[close + 1] == ','))
+    rest = text.substr(0, at - 1) + text.substr(close + 1);
+  else if (at == 0 && close + 1 < text.size() && text[close + 1] == ',')
+    rest = text.substr(close + 2);
+  else if (close + 1 != text.size())
+    throw invalid();
+  if (rest.empty() || rest.find(kInlineThreshold) != std::string::npos) throw invalid();
+  return {threshold, rest};
+}
+
 class Runner {
  public:
   // With no TargetMachine: generic TTI (measure mode); TargetLibraryInfo comes from each module's triple.
   explicit Runner(TargetMachine *tm = nullptr, PipelineTuningOptions tuning = PipelineTuningOptions())
-      : builder_(tm, tuning) {
+      : builder_(tm, tuning), tm_(tm), tuning_(tuning) {
     builder_.registerModuleAnalyses(mam_);
     builder_.registerCGSCCAnalyses(cgam_);
     builder_.registerFunctionAnalyses(fam_);
@@ -127,10 +158,24 @@ class Runner {
 
   // A fresh pass manager per run: pass objects are not reusable across modules (running a cached
   // default<Oz> twice crashes LLVM 19), and building one costs ~20 us against ~0.5 ms or more of passes.
+  // A pipeline that sets the inliner's threshold (splitInlineThreshold) is parsed by a builder tuned that way; its
+  // passes use this runner's analysis managers as any other.
   std::unique_ptr<ModulePassManager> pipeline(const std::string &text) {
     auto mpm = std::make_unique<ModulePassManager>();
-    if (Error err = builder_.parsePassPipeline(*mpm, text))
-      throw InputError("invalid pass pipeline '" + text + "': " + toString(std::move(err)));
+    const auto [threshold, rest] = splitInlineThreshold(text);
+    Error err = Error::success();
+    if (threshold == -1) {
+      err = builder_.parsePassPipeline(*mpm, rest);
+    } else {
+      std::unique_ptr<PassBuilder> &tuned = tuned_[threshold];   // kept: the passes may refer to their builder
+      if (!tuned) {
+        PipelineTuningOptions tuning = tuning_;
+        tuning.InlinerThreshold = threshold;
+        tuned = std::make_unique<PassBuilder>(tm_, tuning);
+      }
+      err = tuned->parsePassPipeline(*mpm, rest);
+    }
+    if (err) throw InputError("invalid pass pipeline '" + text + "': " + toString(std::move(err)));
     return mpm;
   }
 
@@ -159,6 +204,9 @@ class Runner {
 
  private:
   PassBuilder builder_;
+  TargetMachine *tm_;
+  PipelineTuningOptions tuning_;
+  std::map<int, std::unique_ptr<PassBuilder>> tuned_;
   LoopAnalysisManager lam_;
   FunctionAnalysisManager fam_;
   CGSCCAnalysisManager cgam_;
