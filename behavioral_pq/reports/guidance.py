@@ -35,7 +35,7 @@ from behavioral_pq.errors import BPQError, CorpusError
 from behavioral_pq.reports.plotting import pyplot, save_figure
 from behavioral_pq.tasks.guidance import greedy_search, random_search, recommend_pipeline
 from behavioral_pq.tasks.guidance.build import stored_embeddings
-from behavioral_pq.tasks.guidance.ranker import default_ranker, load_ranker
+from behavioral_pq.tasks.guidance.ranker import load_ranker
 
 METHODS = ("pqbert-library", "random-neighbors", "random", "greedy")
 #: Added when the library has a coreset.
@@ -66,7 +66,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
     """
     from tqdm import tqdm
 
-    shipped_ranker = ranker is None        # the shipped one for each module's size
+    # None stays None: recommend_pipeline then takes the shipped ranker for each module's size
     if ranker is not None and ranker is not False and not hasattr(ranker, "choose"):
         ranker = load_ranker(ranker)
     # the modules are embedded under the pooling the library's programs were embedded with
@@ -124,8 +124,7 @@ def evaluate_guidance(store: Union[str, os.PathLike], out: Union[str, os.PathLik
                 row["counts"]["random-neighbors"][budget] = ablation.instruction_count
                 row["seconds"]["random-neighbors"][budget] = ablation.seconds
                 if RANKER_METHOD in methods:
-                    chooser = default_ranker(instructions=module.instruction_count) if shipped_ranker else ranker
-                    ranked = recommend_pipeline(module, budget, engine=engine, encoder=encoder, ranker=chooser,
+                    ranked = recommend_pipeline(module, budget, engine=engine, encoder=encoder, ranker=ranker,
                                                 seed=seed)
                     row["counts"][RANKER_METHOD][budget] = ranked.instruction_count
                     row["seconds"][RANKER_METHOD][budget] = ranked.seconds
