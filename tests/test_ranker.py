@@ -406,9 +406,42 @@ def test_cli_deepen_searches_only_the_larger_modules_and_keeps_every_row(cli_sto
     searched = json.loads((tmp_path / "deep" / "deep.json").read_text())["searched"]
     assert code == 0 and summary["searched"] == len(searched) == sum(sizes[s] >= threshold for s in rows) > 0
     assert all(sizes[s] >= threshold for s in searched) and summary["rows"] == len(rows) > len(searched)
+    code, stdout, _ = bpq_main(capsys, "ranker", "deepen", data, "--corpus", store, "--out", tmp_path / "band",
+                               "--programs", 10, "--budget", 8, "--search-max", threshold - 1, "--json")
+    searched = json.loads((tmp_path / "band" / "deep.json").read_text())["searched"]
+    assert code == 0 and len(searched) == sum(sizes[s] < threshold for s in rows) > 0
+    assert all(sizes[s] < threshold for s in searched) and json.loads(stdout)["rows"] == len(rows)
     code, _, err = bpq_main(capsys, "ranker", "deepen", data, "--corpus", store, "--out", tmp_path / "none",
                             "--min-instructions", max(sizes.values()) + 1)
     assert code != 0 and "no rows of modules of at least" in err
+
+
+def test_cli_measure_from_old_rows_copies_them_and_measures_the_stale_cells(cli_store, capsys, tmp_path, engine):
+    store = cli_store / "store"
+    tiny = load_ranker_data(cli_store / "tiny-data")
+    pool = TINY_POOL + [("-loweratomic", "-gvn")]
+    old = legacy_rows(tmp_path / "old", pool, tiny.shas, tiny.oz,
+                      np.hstack([tiny.values + 1000, np.ones((len(tiny.shas), 1))]), tiny.names)
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", old, "--corpus", store, "--representation", "none",
+                               "--out", tmp_path / "stale-ranker")
+    assert code == 0 and "note: 1 of the 9 pipelines were measured with -lowerinvoke or -loweratomic" in stdout
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--out", old)
+    assert code != 0 and f"--from {old} --out NEW" in err
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--from", old, "--out", tmp_path / "x",
+                            "--objective", "text-size")
+    assert code != 0 and "holds ir-count rows, not --objective text-size" in err
+    code, stdout, _ = bpq_main(capsys, "ranker", "measure", store, "--from", old, "--out", tmp_path / "new", "--json")
+    summary, new = json.loads(stdout), load_ranker_data(tmp_path / "new")
+    train = Corpus(store).split("train")
+    assert code == 0 and summary["pool"] == len(pool) and new.pool == pool and sorted(new.shas) == sorted(train)
+    modules = {m.sha256: m for m in Corpus(store).iter_modules(only=set(train))}
+    for sha, values in zip(new.shas, new.values):
+        _, counts = measure_pool(modules[sha], [TINY_POOL[0], ("-gvn",)], engine)
+        assert values[-1] == float(counts[1]) == float(counts[0])         # measured again, without -loweratomic
+        if sha in tiny.shas:                                              # the rest copied from the old rows
+            assert values[:-1].tolist() == (tiny.values[tiny.shas.index(sha)] + 1000).tolist()
+        else:
+            assert values[:-1].tolist() == [float(c) for c in measure_pool(modules[sha], TINY_POOL, engine)[1]]
 
 
 def test_cli_refuses_missing_corrupt_and_mismatched_rankers_in_one_line(cli_store, capsys, tmp_path):
@@ -534,6 +567,44 @@ def test_searches_never_build_the_passes_that_change_what_a_program_does(engine)
     oz, counts = measure_pool(module, pool + [("-lowerinvoke",)], engine)   # rows hold what a search would run
     assert counts[:2] + counts[3:4] == measure_pool(module, [("-simplifycfg",), (), ("-instcombine",)], engine)[1]
     assert counts[1] is None and counts[4] is None and counts[2] >= oz
+
+
+def legacy_rows(folder, pool, shas, oz, values, names=None):
+    """A training-data folder as written before searches left MEANING_CHANGING out: no ``left_out`` in its
+    pool.json, every cell as given."""
+    folder.mkdir(parents=True)
+    body = {"format": ranker_module.DATA_FORMAT, "format_version": ranker_module.FORMAT_VERSION,
+            "objective": "ir-count", "pool": [ranker_module.encode_steps(s) for s in pool]}
+    (folder / "pool.json").write_text(json.dumps(seal(body)))
+    with open(folder / "rows-1-1.npz", "wb") as f:
+        np.savez(f, shas=np.array(shas), names=np.array(names or [""] * len(shas), dtype=str),
+                 oz=np.array(oz, np.int64), values=np.array(values, np.float64), seconds=np.ones(len(shas)))
+    return folder
+
+
+def test_rows_measured_with_meaning_changing_passes_are_measured_again_not_copied(engine, examples, tmp_path):
+    module, other = bpq.load_module(GUARDED, engine=engine), examples["sum_array"]
+    pool = [A, ("-loweratomic", "-gvn"), C, (OZ, "-lowerinvoke", "-simplifycfg")]
+    oz, _ = measure_pool(module, [], engine)
+    other_oz, _ = measure_pool(other, [], engine)
+    old = legacy_rows(tmp_path / "old", pool, [module.sha256, other.sha256], [oz, other_oz],
+                      [[101.0, 1.0, 103.0, 1.0], [201.0, 2.0, 203.0, 2.0]])   # stale cells: 1 and 2 instructions
+    legacy = load_ranker_data(old)
+    assert legacy.left_out == () and legacy.stale_columns() == [1, 3]
+    with pytest.raises(RankerError, match="measured with -loweratomic and -lowerinvoke in 2 pipelines"):
+        measure_pool_rows([module], old, pool, engine=engine)              # no more rows beside stale ones
+    counting = CountingEngine(engine)
+    written, failures = measure_pool_rows([module, other], tmp_path / "new", pool, engine=counting, known=legacy)
+    fresh = load_ranker_data(tmp_path / "new")
+    assert (written, failures) == (2, []) and fresh.left_out == ranker_module.LEFT_OUT == tuple(sorted(MEANING_CHANGING))
+    assert fresh.stale_columns() == [] and fresh.shas == legacy.shas
+    for row, (m, copied) in enumerate([(module, [101.0, 103.0]), (other, [201.0, 203.0])]):
+        assert fresh.values[row, [0, 2]].tolist() == copied                 # the sound cells are copied
+        _, counts = measure_pool(m, [("-gvn",), (OZ, "-simplifycfg")], engine)
+        assert fresh.values[row, [1, 3]].tolist() == [float(c) for c in counts]     # the stale ones measured again
+    assert fresh.values[0, 1] > 1.0 and counting.pipelines <= 2 * 2 + 2
+    deep, _, _ = deepen_pool(old, tmp_path / "deep", [], [module], engine=engine)  # deepen measures them again too
+    assert deep == 0 and load_ranker_data(tmp_path / "deep").values[0].tolist() == fresh.values[0].tolist()
 
 
 def test_cli_runs_a_meaning_changing_pass_when_asked_with_a_note(tmp_path, capsys):

@@ -27,8 +27,10 @@ pipelines, -Oz followed by each catalog pass, random edits of the coreset: about
 and appends the rows to DATA as it goes: a killed run resumes, and another --seed or --programs adds modules to
 the same rows. deepen searches some of those modules deeply (the no-module ranking, then local search), adds
 their winners to the pool and writes the rows over the larger pool to a new folder (old columns copied);
---min-instructions searches only the larger modules, and on text-size rows of whole programs (--whole-programs)
-the deep searches are text-size searches.
+--min-instructions and --search-max search only modules of that size, and on text-size rows of whole programs
+(--whole-programs) the deep searches are text-size searches. measure --from OLD copies OLD's rows into a new
+folder: cells of rows written before searches left -lowerinvoke and -loweratomic out are measured again there
+(deepen does the same).
 fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
 the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
 """
@@ -90,6 +92,14 @@ def cmd_measure(args) -> int:
     out = check_output_folder(args.out)
     if out.is_dir() and any(out.iterdir()) and not (out / "pool.json").exists():
         raise ValueError(f"{out}: exists and holds no ranker training data (pool.json); choose another folder")
+    known = None
+    if args.source is not None:      # rows measured before: copied, only what they lack or hold stale is measured
+        if args.library is not None:
+            raise ValueError("--from measures DATA's own pool; --library chooses the pool of a new folder: give one")
+        known = load_ranker_data(args.source, None)
+        if args.objective is not None and args.objective != known.objective:
+            raise ValueError(f"--from {args.source} holds {known.objective} rows, not --objective {args.objective}")
+    args.objective = args.objective or (known.objective if known is not None else "ir-count")
     corpus = Corpus(args.store)
     if args.whole_programs:
         programs = list(split_whole_programs(args.store, args.split, max_instructions=args.max_instructions))
@@ -113,12 +123,14 @@ def cmd_measure(args) -> int:
         modules, total = corpus.iter_modules(only=set(shas)), len(shas)
     if (out / "pool.json").exists() and args.library is None:
         pool = open_ranker_data(out, objective=args.objective)  # resumed or extended: the folder's pool
+    elif known is not None:
+        pool = known.pool
     elif args.objective == "text-size":
         pool = text_size_pool()
     else:
         pool = ranker_pool(_library(args))  # a new folder; or the library's pool, checked against the folder's
     written, failures = measure_pool_rows(modules, out, pool, objective=args.objective, progress=not args.json,
-                                          total=total)
+                                          total=total, known=known)
     rows = len(load_ranker_data(out, args.objective).shas)
     if args.json:
         print_json({"data": str(out), "modules": total, "written": written, "rows": rows, "pool": len(pool),
@@ -132,6 +144,8 @@ def cmd_measure(args) -> int:
 
 
 def cmd_deepen(args) -> int:
+    import math
+
     import numpy as np
 
     from behavioral_pq.corpus.programs import split_whole_programs
@@ -142,7 +156,7 @@ def cmd_deepen(args) -> int:
     for name in ("programs", "budget", "keep"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    for name in ("min_instructions", "max_instructions"):
+    for name in ("min_instructions", "max_instructions", "search_max"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     out = check_output_folder(args.out)
@@ -164,11 +178,12 @@ def cmd_deepen(args) -> int:
         raise ValueError(f"{args.data}: no rows of " + (f"whole programs of split {args.split!r} of {args.corpus}"
                          if args.whole_programs else f"modules in {args.corpus}") + bound)
     modules = [m for m, _ in sized]
-    large = {m.sha256 for m, n in sized if n >= (args.min_instructions or 0)}      # the rows keep every size
-    searchable = [s for s in base.shas if s in large]                              # drawn in the rows' order
+    upper = min(n for n in (args.max_instructions, args.search_max, math.inf) if n is not None)
+    wanted = {m.sha256 for m, n in sized if (args.min_instructions or 0) <= n <= upper}   # rows keep every size
+    searchable = [s for s in base.shas if s in wanted]                             # drawn in the rows' order
     if not searchable:
-        raise ValueError(f"{args.data}: no rows of modules of at least {args.min_instructions} instructions"
-                         + (f" and at most {args.max_instructions}" if args.max_instructions else ""))
+        raise ValueError(f"{args.data}: no rows of modules of at least {args.min_instructions or 1} instructions"
+                         + (f" and at most {upper}" if upper < math.inf else ""))
     searched = set(np.random.default_rng(args.seed).choice(searchable, min(args.programs, len(searchable)),
                                                            replace=False).tolist())
     added, written, failures = deepen_pool(args.data, out, [m for m in modules if m.sha256 in searched], modules,
@@ -186,6 +201,7 @@ def cmd_deepen(args) -> int:
 
 def cmd_fit(args) -> int:
     from behavioral_pq.artifacts import check_replaceable
+    from behavioral_pq.core.catalog import MEANING_CHANGING
     from behavioral_pq.corpus.reader import Corpus
     from behavioral_pq.tasks.guidance.build import stored_representation, whole_program_representation
     from behavioral_pq.tasks.guidance.ranker import (FORMAT, PipelineRanker, RankerError, load_ranker_data,
@@ -219,6 +235,11 @@ def cmd_fit(args) -> int:
              + ("not a whole program of the split" if args.whole_programs
                 else "no spectra for the encoder's probe set" if encoder is not None else "not in this store")] \
         if left_out else []
+    if data.stale_columns():
+        notes.append(f"{len(data.stale_columns())} of the {len(data.pool)} pipelines were measured with "
+                     f"{' or '.join(MEANING_CHANGING)}, which searches leave out: on modules with exceptions or "
+                     f"atomics their gains are what those passes did (measure again: bpq ranker measure "
+                     f"{args.corpus} --from {args.data} --out NEW)")
     if len(set(groups)) < 2:                              # one project: nothing to hold out whole
         notes.append(f"the {len(kept)} modules are all in split group {groups[0]!r}: cross-validation holds out "
                      "modules instead")
@@ -299,7 +320,12 @@ def add_parsers(sub) -> None:
     m.add_argument("--library", metavar="DIR",
                    help="program library whose coreset and best pipelines join the pool of a new folder (default: "
                         "the shipped one; a folder that holds rows keeps its own pool, deepened or not)")
-    m.add_argument("--objective", choices=("ir-count", "text-size"), default="ir-count",
+    m.add_argument("--from", dest="source", metavar="DATA",
+                   help="rows measured before (another training-data folder): the new folder takes DATA's pool and "
+                        "objective, copies the rows of the modules measured there and measures only what they lack. "
+                        "Rows written before searches left -lowerinvoke and -loweratomic out credit pipelines with "
+                        "what those passes did; such cells are measured again")
+    m.add_argument("--objective", choices=("ir-count", "text-size"), default=None,
                    help="what the rows count: IR instructions in measure mode (default), or .text bytes of llc's "
                         "object, each pipeline compiled for the host as a text-size search compiles it (a new "
                         "folder's pool is then the text-size pool: -Oz, -Os and -Oz with the IR outliner, each "
@@ -327,6 +353,9 @@ def add_parsers(sub) -> None:
     d.add_argument("--min-instructions", type=int, metavar="N",
                    help="search modules of at least N instructions only (the rows keep every size): winners for the "
                         "larger modules, which a pool deepened on small ones misses")
+    d.add_argument("--search-max", type=int, metavar="N",
+                   help="search modules of at most N instructions only (the rows keep every size, unlike "
+                        "--max-instructions): with --min-instructions, one size band")
     d.add_argument("--whole-programs", action="store_true",
                    help="the rows are whole programs (measure --whole-programs): link them again from --split")
     d.add_argument("--split", default="train", help="with --whole-programs: the split they were linked from "

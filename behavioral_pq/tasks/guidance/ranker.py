@@ -46,7 +46,7 @@ from behavioral_pq.artifacts import (
     versions,
 )
 from behavioral_pq.core.engine import default_engine
-from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.catalog import MEANING_CHANGING, PASSES
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.core.target import Target
 from behavioral_pq.embedding.encoder import shipped
@@ -155,7 +155,10 @@ def gains_matrix(oz: np.ndarray, values: np.ndarray) -> np.ndarray:
 @dataclass
 class RankerData:
     """Pool pipelines measured on modules: ``values`` float64 (N, K) of the objective after each of ``pool``'s K
-    pipelines (NaN where one failed), ``oz`` int64 (N,) after -Oz, for the modules ``shas`` (N,)."""
+    pipelines (NaN where one failed), ``oz`` int64 (N,) after -Oz, for the modules ``shas`` (N,). ``left_out``:
+    the passes the measurements left out of every pipeline (:data:`~behavioral_pq.core.catalog.MEANING_CHANGING`,
+    as searches run them; empty for folders written before that, whose cells for pipelines holding those passes
+    are stale: see :meth:`stale_columns`)."""
 
     pool: List[Steps]
     objective: str
@@ -164,6 +167,13 @@ class RankerData:
     values: np.ndarray
     seconds: np.ndarray
     names: Optional[List[str]] = None
+    left_out: Tuple[str, ...] = ()
+
+    def stale_columns(self) -> List[int]:
+        """Columns measured with a pass that searches now leave out: on a module the pass changes (exceptions,
+        atomics) they credit the pipeline with what the pass did, so they are measured again before use."""
+        return [j for j, steps in enumerate(self.pool)
+                if any(step in MEANING_CHANGING and step not in self.left_out for step in steps)]
 
     @property
     def gains(self) -> np.ndarray:
@@ -174,22 +184,31 @@ class RankerData:
         rows = [index[s] for s in keep if s in index]
         return RankerData(self.pool, self.objective, [self.shas[i] for i in rows], self.oz[rows],
                           self.values[rows], self.seconds[rows],
-                          [self.names[i] for i in rows] if self.names is not None else None)
+                          [self.names[i] for i in rows] if self.names is not None else None, self.left_out)
 
 
 def _data_config(folder: Path) -> Path:
     return folder / "pool.json"
 
 
+#: What the rows of a new data folder leave out of every pipeline (recorded in its pool.json as ``left_out``).
+LEFT_OUT = tuple(sorted(MEANING_CHANGING))
+
+
+def _left_out(data: dict) -> Tuple[str, ...]:
+    return tuple(str(flag) for flag in data.get("left_out") or ())
+
+
 def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[Steps]] = None,
                      objective: Optional[str] = "ir-count") -> List[Steps]:
     """Create ``folder`` for the rows of ``pool`` (or check that it holds rows of that pool and ``objective``;
-    None: whichever it holds) and return the pool it holds. With ``pool=None`` the folder must exist."""
+    None: whichever it holds) and return the pool it holds. With ``pool=None`` the folder must exist. A new folder
+    records that its rows leave :data:`LEFT_OUT` out of every pipeline; more rows are not written into a folder
+    of rows measured with them (RankerError: measure into a new folder with the old one as ``known``)."""
     folder = Path(folder)
     config = _data_config(folder)
     if config.exists():
-        data = read_sealed_config(config, format=DATA_FORMAT, version=FORMAT_VERSION, error=RankerError,
-                                  what="ranker training data")
+        data = _read_data_config(folder)
         held = [decode_steps(s) for s in data["pool"]]
         if pool is not None and [tuple(s) for s in pool] != held:
             raise RankerError(f"{folder}: holds rows of another pool ({len(held)} pipelines); use a new folder")
@@ -201,17 +220,20 @@ def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[St
     check_objective(objective or "")
     folder.mkdir(parents=True, exist_ok=True)
     body = {"format": DATA_FORMAT, "format_version": FORMAT_VERSION, "objective": objective,
-            "pool": [encode_steps(s) for s in pool], "versions": versions()}
+            "pool": [encode_steps(s) for s in pool], "left_out": list(LEFT_OUT), "versions": versions()}
     with atomic_path(config) as tmp:
         tmp.write_text(json.dumps(seal(body), separators=(",", ":")) + "\n")
     return list(pool)
 
 
+def _read_data_config(folder: Path) -> dict:
+    return read_sealed_config(_data_config(Path(folder)), format=DATA_FORMAT, version=FORMAT_VERSION,
+                              error=RankerError, what="ranker training data")
+
+
 def data_objective(folder: Union[str, os.PathLike]) -> str:
     """The objective whose rows ``folder`` holds."""
-    data = read_sealed_config(_data_config(Path(folder)), format=DATA_FORMAT, version=FORMAT_VERSION,
-                              error=RankerError, what="ranker training data")
-    return check_objective(str(data.get("objective")))
+    return check_objective(str(_read_data_config(Path(folder)).get("objective")))
 
 
 def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] = "ir-count") -> RankerData:
@@ -219,8 +241,9 @@ def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] =
     one the rows must be of (None: whichever they are of)."""
     folder = Path(folder)
     pool = open_ranker_data(folder, None, objective)
-    if objective is None:
-        objective = data_objective(folder)
+    config = _read_data_config(folder)
+    objective = objective or check_objective(str(config.get("objective")))
+    left_out = _left_out(config)
     shas: List[str] = []
     names: List[str] = []
     oz, values, seconds = [], [], []
@@ -237,9 +260,10 @@ def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] =
             values.append(v)
             seconds.append(np.asarray(data["seconds"], np.float64))
     if not shas:
-        return RankerData(pool, objective, [], np.zeros(0, np.int64), np.zeros((0, len(pool))), np.zeros(0))
+        return RankerData(pool, objective, [], np.zeros(0, np.int64), np.zeros((0, len(pool))), np.zeros(0),
+                          left_out=left_out)
     return RankerData(pool, objective, shas, np.concatenate(oz), np.concatenate(values), np.concatenate(seconds),
-                      names)
+                      names, left_out)
 
 
 def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: Sequence[Steps], *, engine=None,
@@ -250,8 +274,10 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
     modules; modules already there are skipped, so a killed run resumes. ``objective``: ``ir-count`` (IR
     instructions in measure mode) or ``text-size`` (.text bytes, each pipeline compiled for ``target`` as a
     text-size search compiles it: :func:`~behavioral_pq.tasks.guidance.trials.measure_text_pool`; default target:
-    the host's triple with each function's own CPU). ``known``: rows measured before (of another pool): their
-    values are copied, and only the pipelines of ``pool`` they lack are measured on their modules.
+    the host's triple with each function's own CPU). ``known``: rows measured before (of another pool, or of the
+    same one): their values are copied, and only the pipelines of ``pool`` they lack, or hold stale
+    (:meth:`RankerData.stale_columns`: measured before searches left :data:`LEFT_OUT` out), are measured on their
+    modules. A folder of stale rows takes no more rows (RankerError): give it as ``known`` to a new folder.
 
     Returns (rows written, failures): a module whose -Oz fails is a failure (``{"program", "error"}``), a pipeline
     that fails is NaN in its row.
@@ -264,11 +290,17 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
     engine = engine or default_engine()
     folder = Path(folder)
     pool = open_ranker_data(folder, pool, objective)
-    done = set(load_ranker_data(folder, objective).shas)
+    held = load_ranker_data(folder, objective)
+    if held.stale_columns():
+        raise RankerError(f"{folder}: its rows were measured with {' and '.join(LEFT_OUT)} in "
+                          f"{len(held.stale_columns())} pipelines, which searches now leave out; measure into a new "
+                          f"folder from this one (bpq ranker measure STORE --from {folder} --out NEW)")
+    done = set(held.shas)
     written, failures = 0, []
     rows: Dict[str, list] = {"shas": [], "names": [], "oz": [], "values": [], "seconds": []}
     known_rows = {sha: i for i, sha in enumerate(known.shas)} if known is not None else {}
-    known_columns = {steps: j for j, steps in enumerate(known.pool)} if known is not None else {}
+    stale = set(known.stale_columns()) if known is not None else set()
+    known_columns = {steps: j for j, steps in enumerate(known.pool) if j not in stale} if known is not None else {}
     missing = [steps for steps in pool if steps not in known_columns]
 
     def flush():
