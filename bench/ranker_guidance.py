@@ -45,6 +45,9 @@ def main() -> int:
     parser.add_argument("--train-min-instructions", type=int, default=0, metavar="N",
                         help="fit the rankers on the rows of train modules of at least N instructions only (a "
                              "ranking for large modules)")
+    parser.add_argument("--train-max-instructions", type=int, default=None, metavar="N",
+                        help="fit the rankers on the rows of train modules of at most N instructions only (a "
+                             "ranking for the smaller modules over a pool deepened on all sizes)")
     parser.add_argument("--min-instructions", type=int, default=0,
                         help="leave out modules smaller than this (e.g. 5000 for the 5k-50k bucket alone)")
     parser.add_argument("--max-instructions", type=int, default=50000)
@@ -103,6 +106,8 @@ def main() -> int:
     data = load_ranker_data(args.data)
     if args.train_min_instructions:
         data = data.subset([s for s in data.shas if sizes.get(s, 0) >= args.train_min_instructions])
+    if args.train_max_instructions:
+        data = data.subset([s for s in data.shas if sizes.get(s, math.inf) <= args.train_max_instructions])
     gains = data.gains
     index = {s: i for i, s in enumerate(data.shas)}
     rankers, fit_info = {}, {}
@@ -286,6 +291,7 @@ def summarize(rows, failed, budgets, args, fit_info, bucket_names, size_bucket, 
     out = {"store": args.store, "split": args.split, "kind": args.kind, "programs": len(rows),
            "failed": len(failed), "seed": args.seed, "sample_seed": args.sample_seed,
            "min_instructions": args.min_instructions, "train_min_instructions": args.train_min_instructions,
+           "train_max_instructions": args.train_max_instructions,
            "max_instructions": args.max_instructions, "budgets": budgets,
            "reference_budget": args.reference_budget, "fit": fit_info, "overall": {}, "by_bucket": {},
            "seconds": {}}

@@ -359,6 +359,17 @@ def test_cli_measures_fits_shows_and_optimizes_with_a_ranker(cli_store, capsys):
     code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
                                "--out", cli_store / "global", "--json")
     assert code == 0 and json.loads(stdout)["dim"] == 0 and load_ranker(cli_store / "global").dim == 0
+    sizes = dict(zip(*Corpus(store).modules(["sha256", "instruction_count"]).to_pydict().values()))
+    bound = sorted(sizes[s] for s in train)[len(train) // 2]
+    code, stdout, _ = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
+                               "--out", cli_store / "smaller", "--max-instructions", bound, "--json")
+    smaller = load_ranker(cli_store / "smaller")
+    assert code == 0 and smaller.training["modules"] == sum(sizes[s] <= bound for s in train) < len(train)
+    assert smaller.training["max_instructions"] == bound and smaller.pool == load_ranker(cli_store / "global").pool
+    assert not np.allclose(smaller.scores(None), load_ranker(cli_store / "global").scores(None))
+    code, _, err = bpq_main(capsys, "ranker", "fit", data, "--corpus", store, "--representation", "none",
+                            "--out", cli_store / "none-left", "--max-instructions", min(sizes.values()) - 1)
+    assert code != 0 and "no rows of modules of at most" in err
     code, stdout, _ = bpq_main(capsys, "ranker", "fit", cli_store / "tiny-data", "--corpus", store,
                                "--representation", "autophase", "--out", cli_store / "one-project")
     assert code == 0 and "note: 1 of the 5 measured modules left out: not in this store" in stdout

@@ -200,6 +200,8 @@ def cmd_deepen(args) -> int:
 
 
 def cmd_fit(args) -> int:
+    import math
+
     from behavioral_pq.artifacts import check_replaceable
     from behavioral_pq.core.catalog import MEANING_CHANGING
     from behavioral_pq.corpus.reader import Corpus
@@ -213,6 +215,18 @@ def cmd_fit(args) -> int:
     check_replaceable(args.out, config="ranker.json", format=FORMAT, overwrite=args.overwrite, error=RankerError,
                       what="a pipeline ranker")     # before the work; saving checks again
     corpus = Corpus(args.corpus)
+    if args.max_instructions is not None:       # a ranking for the smaller modules, from a pool of every size
+        if args.max_instructions < 1:
+            raise ValueError(f"--max-instructions must be >= 1, got {args.max_instructions}")
+        if args.whole_programs:
+            raise ValueError("--max-instructions narrows rows of the store's modules; whole programs' rows are "
+                             "narrowed when measured (bpq ranker measure --whole-programs --max-instructions)")
+        sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
+        small = [s for s in data.shas if sizes.get(s, math.inf) <= args.max_instructions]
+        if not small:
+            raise RankerError(f"{args.data}: no rows of modules of at most {args.max_instructions} instructions in "
+                              f"{args.corpus}")
+        data = data.subset(small)
     encoder = _encoder(args) if args.representation in ("embedding", "spectrum") else None
     if args.whole_programs:     # the rows' modules are the split's whole programs, linked again to be read
         kept, rows = whole_program_representation(args.corpus, args.split, args.representation, data.shas, encoder,
@@ -248,7 +262,7 @@ def cmd_fit(args) -> int:
                                 identity=ranker_identity(args.representation, encoder), seed=args.seed,
                                 objective=data.objective)
     ranker.training.update(data=str(args.data), store=str(args.corpus), groups=len(set(groups)),
-                           left_out=left_out, notes=notes)
+                           left_out=left_out, notes=notes, max_instructions=args.max_instructions)
     ranker.save(args.out, overwrite=args.overwrite)
     training = ranker.training
     if args.json:
@@ -372,6 +386,9 @@ def add_parsers(sub) -> None:
                    help="what the ranker reads of a module: the encoder's embedding, the raw spectrum of its probe "
                         "set with the module's Autophase, Autophase, or none (one ranking for every module)")
     f.add_argument("--out", required=True, metavar="RANKER", help="ranker folder to write")
+    f.add_argument("--max-instructions", type=int, metavar="N",
+                   help="fit on the rows of modules of at most N instructions only (a ranking for the smaller "
+                        "modules over a pool deepened on every size)")
     f.add_argument("--whole-programs", action="store_true",
                    help="the rows are of the --split's whole programs (bpq ranker measure --whole-programs): link them "
                         "again to read their representation (Autophase, spectrum, embedding: computed, not stored)")
