@@ -203,8 +203,8 @@ def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[St
                      objective: Optional[str] = "ir-count") -> List[Steps]:
     """Create ``folder`` for the rows of ``pool`` (or check that it holds rows of that pool and ``objective``;
     None: whichever it holds) and return the pool it holds. With ``pool=None`` the folder must exist. A new folder
-    records that its rows leave :data:`LEFT_OUT` out of every pipeline; more rows are not written into a folder
-    of rows measured with them (RankerError: measure into a new folder with the old one as ``known``)."""
+    records that its rows leave :data:`LEFT_OUT` out of every pipeline (:func:`measure_pool_rows` adds no rows to a
+    folder written before, whose rows hold them: it measures them into a new folder, given the old as ``known``)."""
     folder = Path(folder)
     config = _data_config(folder)
     if config.exists():
