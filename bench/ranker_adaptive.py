@@ -6,8 +6,8 @@
 TRAIN_ROWS is a folder of pool rows (``bpq ranker measure``; clean rows: see ``measure --from``). The modules are
 split into folds by project (the store's split groups). For each held-out module:
 
-- ``fixed``: the no-input ranker's choice, the greedy coverage order over the other folds' rows (what
-  ``ranker-none`` picks for every module);
+- ``fixed``: the greedy coverage order over the other folds' rows, one list for every module (as ``ranker-none``
+  chooses, with the rows themselves as its scenarios instead of its prediction plus out-of-fold errors);
 - ``adaptive-F-T``: the first F picks of that order, then one pick at a time for the other folds' rows reweighted by
   how close their gains on the picks so far are to the module's own (weights ``exp(-(d2 - min d2) / T)``, ``d2`` the
   mean squared difference): a choice that conditions on the module's measured behavior, at no extra compilation.

@@ -200,8 +200,6 @@ def cmd_deepen(args) -> int:
 
 
 def cmd_fit(args) -> int:
-    import math
-
     from behavioral_pq.artifacts import check_replaceable
     from behavioral_pq.core.catalog import MEANING_CHANGING
     from behavioral_pq.corpus.reader import Corpus
@@ -221,8 +219,7 @@ def cmd_fit(args) -> int:
         if args.whole_programs:
             raise ValueError("--max-instructions narrows rows of the store's modules; whole programs' rows are "
                              "narrowed when measured (bpq ranker measure --whole-programs --max-instructions)")
-        sizes = dict(zip(*corpus.modules(["sha256", "instruction_count"]).to_pydict().values()))
-        small = [s for s in data.shas if sizes.get(s, math.inf) <= args.max_instructions]
+        small = corpus.narrow(data.shas, max_instructions=args.max_instructions)
         if not small:
             raise RankerError(f"{args.data}: no rows of modules of at most {args.max_instructions} instructions in "
                               f"{args.corpus}")
