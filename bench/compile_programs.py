@@ -1,12 +1,14 @@
 """Every program of one or more projects built by ``bpq compile`` and checked by running it.
 
     python bench/compile_programs.py build/compile_commands.json [...] [--whole-program] [--outline auto]
+                                     [--no-codegen-flags]
                                      [--max-instructions N] [--out bench/results] [--name compile_programs.json]
 
 For each compile database, the programs are found as ``bpq corpus link`` finds them (each unit that defines
 ``main`` with the units it needs; :func:`~behavioral_pq.corpus.programs.whole_programs`). Each is built the way
 ``bpq compile --compile-commands DB --program NAME`` builds it for size (target mode for the module's CPU, -Oz or
--Os by .text, the machine outliner where it makes the .text smaller, ``llc -O2``) and run, without arguments,
+-Os by .text, the machine outliner and llc's other size options where they make the .text smaller (unless
+``--no-codegen-flags``), ``llc -O2``) and run, without arguments,
 against its ``-O0`` reference build (the program's own harness: exit status and stdout must match; a run past
 10 s is a timeout). Rows: project, program, units, IR instructions, the verdict, .text bytes with and without the
 outliner, seconds. A program that prints times or addresses differs from its reference on its own; the result
@@ -26,6 +28,8 @@ def main() -> int:
     parser.add_argument("databases", nargs="+", metavar="JSON", help="compile_commands.json files")
     parser.add_argument("--whole-program", action="store_true", help="internalize all but main first (as LTO)")
     parser.add_argument("--outline", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--no-codegen-flags", action="store_true",
+                        help="with --outline auto: leave llc's CODEGEN_FLAGS out (bpq compile --codegen-flags none)")
     parser.add_argument("--max-instructions", type=int, default=150000, metavar="N")
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--name", default="compile_programs.json")
@@ -38,7 +42,8 @@ def main() -> int:
     from behavioral_pq.core.module import load_module
     from behavioral_pq.core.passes import optimize
     from behavioral_pq.core.target import Target
-    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, smaller_codegen, text_size
+    from behavioral_pq.core.toolchain import (CODEGEN_FLAGS, internalize_bitcode, link_bitcode,
+                                              smaller_codegen, text_size)
     from behavioral_pq.corpus.programs import compile_units, whole_programs
     from behavioral_pq.errors import BPQError
     from behavioral_pq.lowering.backends import LlcBackend, lower
@@ -73,15 +78,16 @@ def main() -> int:
             trials = Trials(built, engine, 1, objective="text-size", target=target)   # as bpq compile does
             trials.run([SIZE_SEEDS], "-Os")
             optimized = optimize(built, steps_pipeline(trials.best()[0]), target=trials.target_for(trials.best()[0]))
-            outline, placement = args.outline == "on", True
+            outline, placement, flags = args.outline == "on", True, ()
             if args.outline == "auto":
-                choice = smaller_codegen(optimized.bitcode)
-                outline, placement, row["text"], row["text_plain"] = choice
+                choice = smaller_codegen(optimized.bitcode, flags=() if args.no_codegen_flags else tuple(CODEGEN_FLAGS))
+                outline, placement, flags = choice.outline, choice.block_placement, choice.flags
+                row["text"], row["text_plain"] = choice.text, choice.plain
             else:
                 row["text"] = row["text_plain"] = text_size(optimized.bitcode, outline=outline)
-            row["outline"], row["block_placement"] = outline, placement
-            lowering = lower(optimized.verify(), LlcBackend(outline=outline, block_placement=placement), verify=True,
-                             reference=module)
+            row["outline"], row["block_placement"], row["flags"] = outline, placement, list(flags)
+            lowering = lower(optimized.verify(), LlcBackend(outline=outline, block_placement=placement, flags=flags),
+                             verify=True, reference=module)
             row["verdict"] = lowering.verdict.stage if lowering.verdict is not None else "unchecked"
         except BPQError as exc:
             row["verdict"] = "error"

@@ -21,7 +21,8 @@ program (so the ratio includes what optimizing the program as one module gains: 
 programs are also measured as ``bpq compile --whole-program`` builds them (every definition but ``main`` made
 internal first, as LTO does for an executable): ``whole -Oz`` (the LTO-like baseline) and ``whole text-size@B``.
 Each of these is also measured with llc's machine outliner where it makes the .text smaller (``outlined``), and
-with the outliner and block placement each where they do (``codegen``: what
+with the outliner and block placement each where they do (``codegen``), and with those and llc's other size options
+(:data:`~behavioral_pq.core.toolchain.CODEGEN_FLAGS`) each where it does (``codegen_flags``: what
 :func:`~behavioral_pq.core.toolchain.smaller_codegen` and ``bpq compile`` choose by default), so the gain of the
 codegen choice is seen apart from the pipeline's, and against the LTO-like baseline given the same choice.
 Ratios are ours over the baseline's (below 1: smaller); geometric means per group. With ``--library NAME=DIR``
@@ -43,6 +44,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+#: the codegen choices each build is measured with: the outliner where smaller; that and block placement; those
+#: and llc's CODEGEN_FLAGS (each row's "outlined", "codegen" and "codegen_flags")
+CODEGEN_KINDS = ("outlined", "codegen", "codegen_flags")
 
 
 def clang_oz_text(source: Path, flags) -> int:
@@ -132,7 +138,8 @@ def main() -> int:
 
     import behavioral_pq as bpq
     from behavioral_pq.core.target import Target
-    from behavioral_pq.core.toolchain import internalize_bitcode, link_bitcode, text_size
+    from behavioral_pq.core.toolchain import (CODEGEN_FLAGS, internalize_bitcode, link_bitcode, smaller_codegen,
+                                              text_size)
     from behavioral_pq.artifacts import with_pooling_of
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.lowering.tasks import load_tasks
@@ -174,10 +181,13 @@ def main() -> int:
     if libraries:
         encoder = with_pooling_of(encoder, next(iter(libraries.values())).encoder)
     def outlined(bitcode):
-        """.text with the smaller codegen: (the machine outliner where smaller, that or block placement off too)."""
+        """.text with the smaller codegen: (the machine outliner where smaller, that or block placement off too,
+        those and llc's CODEGEN_FLAGS each where smaller: what bpq compile chooses by default)."""
         sizes = {(o, b): text_size(bitcode, outline=o, block_placement=b, cpu=target.cpu or None)
                  for o in (False, True) for b in (True, False)}
-        return min(sizes[False, True], sizes[True, True]), min(sizes.values())
+        flags = smaller_codegen(bitcode, cpu=target.cpu or None, flags=tuple(CODEGEN_FLAGS))
+        assert flags.plain == sizes[False, True] and flags.text <= min(sizes.values())
+        return min(sizes[False, True], sizes[True, True]), min(sizes.values()), flags.text
 
     def search_all(module):
         """label -> (recommendation, seconds with the probes of a library search, .text with the smaller codegen)
@@ -211,26 +221,30 @@ def main() -> int:
             row["target_oz"] = text_size(oz)
             whole_program = not isinstance(source, Path)
             row.update(searched={}, method={}, search_seconds={}, whole_searched={},
-                       outlined={"searched": {}, "whole_searched": {}}, codegen={"searched": {}, "whole_searched": {}})
-            row["outlined"]["target_oz"], row["codegen"]["target_oz"] = outlined(oz)
+                       **{kind: {"searched": {}, "whole_searched": {}} for kind in CODEGEN_KINDS})
+            row["outlined"]["target_oz"], row["codegen"]["target_oz"], row["codegen_flags"]["target_oz"] = \
+                outlined(oz)
             if not (whole_program and args.skip_linked):
                 for label, (found, seconds, smallest) in search_all(module).items():
                     row["search_seconds"][label] = seconds
                     row["searched"][label] = found.text_size
                     row["method"][label] = found.method
-                    row["outlined"]["searched"][label], row["codegen"]["searched"][label] = smallest
+                    (row["outlined"]["searched"][label], row["codegen"]["searched"][label],
+                     row["codegen_flags"]["searched"][label]) = smallest
                     assert found.oz_text_size == row["target_oz"], (found.oz_text_size, row["target_oz"])
             if whole_program:
                 whole = bpq.load_module(internalize_bitcode(module.bitcode), name=name)
                 row["whole_instructions"] = whole.instruction_count
                 whole_oz = bpq.optimize(whole, "Oz", target=target).bitcode
                 row["whole_oz"] = text_size(whole_oz)
-                row["outlined"]["whole_oz"], row["codegen"]["whole_oz"] = outlined(whole_oz)
+                row["outlined"]["whole_oz"], row["codegen"]["whole_oz"], row["codegen_flags"]["whole_oz"] = \
+                    outlined(whole_oz)
                 row["whole_seconds"] = {}
                 for label, (found, seconds, smallest) in search_all(whole).items():
                     row["whole_seconds"][label] = seconds
                     row["whole_searched"][label] = found.text_size
-                    row["outlined"]["whole_searched"][label], row["codegen"]["whole_searched"][label] = smallest
+                    (row["outlined"]["whole_searched"][label], row["codegen"]["whole_searched"][label],
+                     row["codegen_flags"]["whole_searched"][label]) = smallest
         except Exception as exc:  # noqa: BLE001 - one program's failure is recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
@@ -241,10 +255,10 @@ def main() -> int:
             continue
         g = groups.setdefault(row["group"], {"programs": 0, "target_oz": [], "whole_oz": [], "seconds": {},
                                              "searched": {}, "whole_searched": {}, "whole_vs_lto": {},
-                                             "outlined": {}, "codegen": {}})
+                                             **{kind: {} for kind in CODEGEN_KINDS}})
         g["programs"] += 1
         g["target_oz"].append(row["target_oz"] / row["clang_oz"])
-        for kind in ("outlined", "codegen"):
+        for kind in CODEGEN_KINDS:
             o = row.get(kind)
             if o is None:
                 continue
@@ -273,7 +287,8 @@ def main() -> int:
     for name, g in groups.items():
         s = summary[name] = {"programs": g["programs"], "geomean_target_oz_vs_clang_oz": geomean(g["target_oz"]),
                              "outliner": {k: geomean(v) for k, v in g["outlined"].items()},
-                             "codegen": {k: geomean(v) for k, v in g["codegen"].items()}}
+                             "codegen": {k: geomean(v) for k, v in g["codegen"].items()},
+                             "codegen_flags": {k: geomean(v) for k, v in g["codegen_flags"].items()}}
         for label, ratios in g["searched"].items():
             s[label] = {f"geomean_text_size_at_{b}_vs_clang_oz": geomean(ratios),
                         "smaller_than_clang_oz": sum(r < 1 for r in ratios),
@@ -315,6 +330,9 @@ def main() -> int:
           "'_outlined' ratios: against -Oz given the same choice):")
     for name, s in summary.items():
         print(f"- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in s["codegen"].items()))
+    print("\nThose and llc's CODEGEN_FLAGS each where it makes the .text smaller (bpq compile's default; geomeans):")
+    for name, s in summary.items():
+        print(f"- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in s["codegen_flags"].items()))
     failed = [r for r in rows if "error" in r]
     if failed:
         print(f"{len(failed)} programs failed: " + "; ".join(f"{r['name']}: {r['error'][:80]}" for r in failed[:5]))

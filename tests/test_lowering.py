@@ -473,7 +473,8 @@ def test_machine_outliner_is_kept_only_where_the_text_is_smaller(tmp_path):
     assert "OUTLINED_FUNCTION" not in llc_assembly(bitcode)
     small = optimize(load_module(EXAMPLES / "sum_array.c"), "Oz", target=target).bitcode
     choice = smaller_codegen(small)
-    assert choice == (False, True, text_size(small), text_size(small))     # ties keep llc's defaults
+    assert choice[:4] == (False, True, text_size(small), text_size(small))     # ties keep llc's defaults
+    assert choice.flags == () and choice.builds == 4
     assert LlcBackend(outline=True).options()["machine_outliner"] is True
 
 
@@ -533,13 +534,96 @@ def test_cli_compile_for_size_turns_block_placement_off_where_it_pays(tmp_path):
         binary = tmp_path / choice
         proc = bpq("compile", str(source), "--block-placement", choice, "-o", str(binary))
         assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
-        assert ("block placement off (.text" in proc.stdout) == (choice == "auto"), proc.stdout
+        assert ("block placement off, llc flags" in proc.stdout) == (choice == "auto"), proc.stdout
         run = subprocess.run([str(binary)], capture_output=True, text=True)
         assert run.returncode == 0 and run.stdout == "ok\n"
         sizes[choice] = int(re.search(r"\(\.text (\d+) bytes", proc.stdout).group(1))
     assert sizes["auto"] < sizes["on"]
     proc = bpq("compile", str(source), "--objective", "speed", "--block-placement", "off", "-o", str(tmp_path / "s"))
     assert proc.returncode == 2 and "--block-placement off is an llc option of size builds" in proc.stderr
+
+
+#: Six values live across three calls per iteration to a small function of the module: without interprocedural
+#: register allocation each call is assumed to clobber every caller-saved register, so the loop saves and reloads
+#: them around the calls; with it (llc's -enable-ipra) llc knows which few registers ``mix`` uses.
+LIVE_ACROSS_CALLS = r"""#include <stdio.h>
+static int table[64];
+__attribute__((noinline)) static int mix(int a) { return table[a & 63] ^ a; }
+int main(int argc, char **argv) {
+  int a = argc, b = argc * 3, c = argc + 5, d = argc ^ 9, e = argc - 2, f = argc * 7, s = 0;
+  for (int i = 0; i < 64; i++) table[i] = i * 2654435761u >> 7;
+  for (int i = 0; i < 100; i++) {
+    s += mix(i + a) * b + mix(s + c) * d + mix(e + i) * f;
+    a += s; b ^= a; c += b; d -= c; e ^= d; f += e;
+  }
+  printf("%d %d %d %d %d %d %d\n", s, a, b, c, d, e, f);
+  return 0;
+}
+"""
+
+
+def test_codegen_flags_are_added_only_where_the_text_is_smaller(tmp_path):
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.core.toolchain import CODEGEN_FLAGS, smaller_codegen, text_size
+    from behavioral_pq.lowering.backends import LlcBackend
+
+    target = Target.module_cpus()
+    source = tmp_path / "calls.c"
+    source.write_text(LIVE_ACROSS_CALLS)
+    bitcode = optimize(load_module(source), "Oz", target=target).bitcode
+    without = smaller_codegen(bitcode)
+    choice = smaller_codegen(bitcode, flags=tuple(CODEGEN_FLAGS))
+    assert choice.flags[0] == "ipra"                       # the first flag that makes it smaller
+    assert choice.text == text_size(bitcode, outline=choice.outline, block_placement=choice.block_placement,
+                                    flags=choice.flags) < 0.9 * without.text
+    assert text_size(bitcode, flags=("ipra",)) < text_size(bitcode) < text_size(bitcode, flags=("regalloc-basic",))
+    assert choice.plain == without.plain == text_size(bitcode) and choice.builds > without.builds == 4
+    assert "-enable-ipra" not in llc_assembly(bitcode) and llc_assembly(bitcode, flags=("ipra",)) != \
+        llc_assembly(bitcode)
+    # the checks program: block placement off pays, and every flag is no smaller from there, so none is added
+    checks = tmp_path / "checks.c"
+    checks.write_text(CHECKS)
+    bitcode = optimize(load_module(checks), "Oz", target=target).bitcode
+    choice = smaller_codegen(bitcode, flags=tuple(CODEGEN_FLAGS))
+    assert choice.flags == () and choice[:4] == smaller_codegen(bitcode)[:4]
+    assert choice.builds == 4 + len(CODEGEN_FLAGS)
+    backend = LlcBackend(flags=("ipra", "no-lsr"))
+    assert backend.options()["flags"] == ["ipra", "no-lsr"]
+    module = load_module(bitcode)
+    assert backend.lower(module).assembly == llc_assembly(bitcode, flags=("ipra", "no-lsr"))
+    for bad in (("fast-math",), ("ipra", "ipra")):
+        with pytest.raises(ValueError, match="codegen flag"):
+            LlcBackend(flags=bad)
+        with pytest.raises(ValueError, match="codegen flag"):
+            text_size(bitcode, flags=bad)
+
+
+def test_cli_compile_for_size_adds_llc_flags_where_they_pay(tmp_path):
+    source = tmp_path / "calls.c"
+    source.write_text(LIVE_ACROSS_CALLS)
+    reference = tmp_path / "ref"
+    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
+    expected = subprocess.run([str(reference)], capture_output=True, text=True).stdout
+    assert expected.count(" ") == 6
+    sizes = {}
+    for choice in ("auto", "none", "no-lsr"):
+        binary = tmp_path / choice
+        proc = bpq("compile", str(source), "--codegen-flags", choice, "-o", str(binary))
+        assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+        flags = re.search(r"llc flags ([^(]*) \(\.text (\d+) bytes", proc.stdout)
+        if choice == "none":
+            assert flags is None or flags.group(1) == "none"
+        else:
+            assert flags is not None and ("ipra" in flags.group(1)) == (choice == "auto"), proc.stdout
+        run = subprocess.run([str(binary)], capture_output=True, text=True)
+        assert run.returncode == 0 and run.stdout == expected
+        sizes[choice] = int(subprocess.run(["llvm-size-19", "-A", str(binary)], capture_output=True,
+                                           text=True).stdout.split(".text")[1].split()[0])
+    assert sizes["auto"] < sizes["none"]
+    proc = bpq("compile", str(source), "--codegen-flags", "ipra,fast", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "unknown codegen flag(s) 'fast'" in proc.stderr and "no-machine-licm" in proc.stderr
+    proc = bpq("compile", str(source), "--objective", "speed", "--codegen-flags", "ipra", "-o", str(tmp_path / "s"))
+    assert proc.returncode == 2 and "--codegen-flags names llc options of size builds" in proc.stderr
 
 
 def test_cli_compile_links_a_cxx_program_with_the_cxx_runtime(tmp_path):

@@ -24,6 +24,7 @@ from behavioral_pq.cli.common import (
 )
 from behavioral_pq.cli.guidance import SearchBar
 from behavioral_pq.cli.ranker import load_checked_ranker
+from behavioral_pq.core.toolchain import CODEGEN_FLAGS, check_codegen_flags
 
 LLM_HELP = """\
 LLM endpoint (any OpenAI-compatible chat-completions server: vLLM, llama.cpp server, Ollama, hosted services):
@@ -98,6 +99,15 @@ drives the LLM path through scripted scenarios on a loopback server. With --llm,
 model endpoint is evaluated on the same tasks (ACC, ACC+Perf).
 
 """ + LLM_HELP
+
+
+def parse_codegen_flags(text: str):
+    """``--codegen-flags``: ``"auto"``, or the names it gives as a tuple (``none``: empty); ValueError for an
+    unknown name."""
+    text = text.strip()
+    if text in ("auto", "none", ""):
+        return "auto" if text == "auto" else ()
+    return check_codegen_flags([name.strip() for name in text.split(",")])
 
 
 def _llm_backend(args, **extra):
@@ -220,6 +230,10 @@ def cmd_compile(args) -> int:
     if args.block_placement == "off" and (args.objective == "speed" or args.backend != "llc"):
         raise ValueError("--block-placement off is an llc option of size builds: drop it with --objective speed or "
                          "--backend llm")
+    codegen_flags = parse_codegen_flags(args.codegen_flags)
+    if codegen_flags not in ("auto", ()) and (args.objective == "speed" or args.backend != "llc"):
+        raise ValueError("--codegen-flags names llc options of size builds: drop it with --objective speed or "
+                         "--backend llm")
     stem = Path(args.files[0]).stem if args.files else "program"
     names = [Path(args.output)] if args.output else [Path(stem), Path(stem + ".o")]   # without -o: main decides
     if args.keep_assembly:
@@ -284,16 +298,21 @@ def cmd_compile(args) -> int:
         optimized = optimize(module, pipeline, target=built_for).verify()
         print(f"3. optimize   {module.instruction_count} -> {optimized.instruction_count} IR instructions (verified)")
         outline, placement = args.outline == "on", args.block_placement != "off"
-        if "auto" in (args.outline, args.block_placement) and args.backend == "llc" and target is not None:
+        flags = codegen_flags if codegen_flags != "auto" else ()
+        if "auto" in (args.outline, args.block_placement, codegen_flags) and args.backend == "llc" \
+                and target is not None:
             choice = smaller_codegen(optimized.bitcode, opt_level=args.opt_level, cpu=target.cpu or None,
                                      relocation_model=args.relocation_model,
                                      outline=(False, True) if args.outline == "auto" else (outline,),
-                                     block_placement=(True, False) if args.block_placement == "auto" else (placement,))
-            outline, placement = choice.outline, choice.block_placement
+                                     block_placement=(True, False) if args.block_placement == "auto" else (placement,),
+                                     flags=tuple(CODEGEN_FLAGS) if codegen_flags == "auto" else (), keep=flags)
+            outline, placement, flags = choice.outline, choice.block_placement, choice.flags
             print(f"   codegen:   machine outliner {'on' if outline else 'off'}, block placement "
-                  f"{'on' if placement else 'off'} (.text {choice.text} bytes, {choice.plain} with llc's defaults)")
+                  f"{'on' if placement else 'off'}, llc flags {', '.join(flags) or 'none'} (.text {choice.text} "
+                  f"bytes, {choice.plain} with llc's defaults; {choice.builds} builds measured)")
         backend = (LlcBackend(opt_level=args.opt_level, cpu=target.cpu if target else None,
-                              relocation_model=args.relocation_model, outline=outline, block_placement=placement)
+                              relocation_model=args.relocation_model, outline=outline, block_placement=placement,
+                              flags=flags)
                    if args.backend == "llc" else _llm_backend(args))
         lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run=run)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
@@ -448,6 +467,11 @@ def add_parsers(sub) -> None:
                    help="llc's block placement (blocks laid out for branch prediction; off keeps the IR's order, "
                         "often smaller; size builds only): auto (default) turns it off where the .text is smaller "
                         "in target mode, on, or off")
+    p.add_argument("--codegen-flags", default="auto", metavar="auto|none|NAME,...",
+                   help="more llc options for size builds: auto (default) tries each in turn and keeps it where the "
+                        ".text is smaller in target mode (one llc build each); none; or these names, always given, "
+                        "comma-separated: "
+                        + ", ".join(CODEGEN_FLAGS))
     p.add_argument("--whole-program", action="store_true",
                    help="FILEs are the whole program: make every definition but main internal first, as LTO does "
                         "(unused code goes, single callers inline; often far smaller, see BENCHMARKS.md)")

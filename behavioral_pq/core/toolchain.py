@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from behavioral_pq.core.files import atomic_path, check_output_file
 from behavioral_pq.errors import CompileError, ToolError, ToolNotFoundError, ToolTimeoutError
@@ -116,29 +116,70 @@ MACHINE_OUTLINER = "-enable-machine-outliner"
 #: train whole programs and 0.7% on 13 valid ones (each the smaller of both ways, with or without the outliner;
 #: BENCHMARKS "Block placement as a codegen choice"). A size build may turn it off (:func:`smaller_codegen`).
 NO_BLOCK_PLACEMENT = "-disable-block-placement"
+#: llc options a size build may add, by name, in the order :func:`smaller_codegen` tries them (set by hand from
+#: the train whole programs: machine LICM and CSE off, which saved most there, first). Each turns off one
+#: of llc's optimizations or takes another of its equivalent strategies, so the program computes the same; each
+#: was smaller alone on some train whole programs and larger on others (BENCHMARKS "llc options as a codegen
+#: search"), so they are chosen per program by measurement, never all at once.
+CODEGEN_FLAGS = {
+    # machine LICM hoists loop invariants into the preheader: longer live ranges, more spills
+    "no-machine-licm": ("-disable-machine-licm",),
+    # machine CSE reuses a computed value instead of computing it again: longer live ranges, more spills
+    "no-machine-cse": ("-disable-machine-cse",),
+    # interprocedural register allocation: a call to a function of the module clobbers only the registers that
+    # function uses, so fewer values are saved around it
+    "ipra": ("-enable-ipra",),
+    # the machine scheduler reorders for latency, which can raise register pressure
+    "no-misched": ("-enable-misched=false",),
+    # loop strength reduction adds induction variables and pointer increments
+    "no-lsr": ("-disable-lsr",),
+    # branch folding merges common block tails of two instructions or more (llc: three)
+    "tail-merge-2": ("-tail-merge-size=2",),
+    # the greedy allocator splits live ranges around spills to save size, not time
+    "split-spill-size": ("-split-spill-mode=size",),
+    # the basic register allocator instead of the greedy one
+    "regalloc-basic": ("-regalloc=basic",),
+    # machine sinking moves instructions into the successors that use them
+    "no-machine-sink": ("-disable-machine-sink",),
+}
 
 
 class CodegenChoice(NamedTuple):
     """What :func:`smaller_codegen` chose: the machine outliner on or off, block placement on or off, the .text
-    bytes with that choice, and with llc's defaults (outliner off, block placement on)."""
+    bytes with that choice, with llc's defaults (outliner off, block placement on), the :data:`CODEGEN_FLAGS`
+    names it added (in the order chosen) and how many llc builds it measured."""
 
     outline: bool
     block_placement: bool
     text: int
     plain: int
+    flags: Tuple[str, ...] = ()
+    builds: int = 0
 
 
-def _llc_flags(outline: bool, block_placement: bool) -> List[str]:
-    return ([MACHINE_OUTLINER] if outline else []) + ([] if block_placement else [NO_BLOCK_PLACEMENT])
+def check_codegen_flags(flags: Sequence[str]) -> Tuple[str, ...]:
+    """``flags`` as a tuple of :data:`CODEGEN_FLAGS` names, each once; ValueError naming the known ones."""
+    unknown = [name for name in flags if name not in CODEGEN_FLAGS]
+    if unknown:
+        raise ValueError(f"unknown codegen flag(s) {', '.join(map(repr, unknown))}; known: {', '.join(CODEGEN_FLAGS)}")
+    if len(set(flags)) != len(flags):
+        raise ValueError(f"codegen flags named twice: {list(flags)}")
+    return tuple(flags)
+
+
+def _llc_flags(outline: bool, block_placement: bool, flags: Sequence[str] = ()) -> List[str]:
+    return ([MACHINE_OUTLINER] if outline else []) + ([] if block_placement else [NO_BLOCK_PLACEMENT]) + \
+        [arg for name in check_codegen_flags(flags) for arg in CODEGEN_FLAGS[name]]
 
 
 def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
                  relocation_model: str = "pic", outline: bool = False, block_placement: bool = True,
-                 timeout: float = 120.0) -> str:
+                 flags: Sequence[str] = (), timeout: float = 120.0) -> str:
     """x86-64 assembly from ``llc-19 -O<opt_level> --relocation-model=pic`` (PIC because the distribution's clang
     links position-independent executables). ``cpu`` is the default for functions without a ``target-cpu``
     attribute; ``outline`` turns on the machine outliner (:data:`MACHINE_OUTLINER`), ``block_placement=False``
-    turns block placement off (:data:`NO_BLOCK_PLACEMENT`). Raises ToolError with llc's stderr."""
+    turns block placement off (:data:`NO_BLOCK_PLACEMENT`), ``flags`` adds :data:`CODEGEN_FLAGS` by name. Raises
+    ToolError with llc's stderr."""
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
     if fp_contract is not None and fp_contract not in FP_CONTRACT:
@@ -151,15 +192,17 @@ def llc_assembly(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = Non
         argv.insert(1, f"-mcpu={cpu}")
     if fp_contract:
         argv.insert(1, f"--fp-contract={fp_contract}")
-    argv[1:1] = _llc_flags(outline, block_placement)
+    argv[1:1] = _llc_flags(outline, block_placement, flags)
     return run_tool(argv, input=bitcode, timeout=timeout).stdout.decode()
 
 
 def text_size(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, relocation_model: str = "pic",
-              outline: bool = False, block_placement: bool = True, timeout: float = 120.0) -> int:
+              outline: bool = False, block_placement: bool = True, flags: Sequence[str] = (),
+              timeout: float = 120.0) -> int:
     """Bytes of the ``.text`` sections (``.text`` and ``.text.*``) of ``llc-19 -O<opt_level>``'s object for the
     module: CompilerGym's ObjectTextSizeBytes, and the text-size objective (which keeps llc's defaults). ``cpu``,
-    ``outline`` and ``block_placement`` as in :func:`llc_assembly`. Raises ToolError with llc's stderr."""
+    ``outline``, ``block_placement`` and ``flags`` as in :func:`llc_assembly`. Raises ToolError with llc's
+    stderr."""
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
     if relocation_model not in RELOCATION_MODELS:
@@ -170,26 +213,40 @@ def text_size(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, 
                 "-o", str(obj), "-"]
         if cpu:
             argv.insert(1, f"-mcpu={cpu}")
-        argv[1:1] = _llc_flags(outline, block_placement)
+        argv[1:1] = _llc_flags(outline, block_placement, flags)
         run_tool(argv, input=bitcode, timeout=timeout)
         return object_text_size(obj, timeout=timeout)
 
 
 def smaller_codegen(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = None, relocation_model: str = "pic",
                     outline: Sequence[bool] = (False, True), block_placement: Sequence[bool] = (True, False),
-                    timeout: float = 120.0) -> CodegenChoice:
-    """The llc options among ``outline`` x ``block_placement`` (the machine outliner on or off, block placement on
-    or off; default: each way) that give the smallest .text. Ties keep llc's defaults (outlined code adds calls
-    and returns; block placement lays out for speed)."""
+                    flags: Sequence[str] = (), keep: Sequence[str] = (), timeout: float = 120.0) -> CodegenChoice:
+    """The llc options that give the smallest .text. First the outliner and block placement, among ``outline`` x
+    ``block_placement`` (the machine outliner on or off, block placement on or off; default: each way; ties keep
+    llc's defaults: outlined code adds calls and returns, block placement lays out for speed). Then, from that
+    choice, :data:`CODEGEN_FLAGS` by name among ``flags`` (default none), in their order: each is added if the
+    build with it is strictly smaller, one llc build per flag. (Adding the smallest flag each round instead found
+    0.06% more on 38 valid whole programs for three times the builds: BENCHMARKS "llc options as a codegen
+    search".) ``keep``: flags every build has (the choice's ``flags`` start with them); ``plain`` is without
+    them."""
+    keep = check_codegen_flags(keep)
+    flags = tuple(name for name in check_codegen_flags(flags) if name not in keep)
     options = dict(opt_level=opt_level, cpu=cpu, relocation_model=relocation_model, timeout=timeout)
-    sizes = {(o, b): text_size(bitcode, outline=o, block_placement=b, **options)
+    sizes = {(o, b): text_size(bitcode, outline=o, block_placement=b, flags=keep, **options)
              for o in sorted(set(outline)) for b in sorted(set(block_placement), reverse=True)}
-    plain = sizes.get((False, True))
+    plain = sizes.get((False, True)) if not keep else None
     if plain is None:
         plain = text_size(bitcode, **options)
+    builds = len(sizes) + 1 - ((False, True) in sizes and not keep)
     # fewest bytes; among equals llc's defaults first (outliner off, block placement on)
     (o, b), text = min(sizes.items(), key=lambda item: (item[1], item[0][0], not item[0][1]))
-    return CodegenChoice(o, b, text, plain)
+    chosen = keep
+    for name in flags:
+        tried = text_size(bitcode, outline=o, block_placement=b, flags=chosen + (name,), **options)
+        builds += 1
+        if tried < text:
+            chosen, text = chosen + (name,), tried
+    return CodegenChoice(o, b, text, plain, chosen, builds)
 
 
 def object_text_size(path: Path, *, timeout: float = 120.0) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
 from behavioral_pq.artifacts import check_output_file, write_text_atomic
-from behavioral_pq.core.toolchain import llc_assembly
+from behavioral_pq.core.toolchain import check_codegen_flags, llc_assembly
 from behavioral_pq.errors import LoweringError
 from behavioral_pq.lowering.harness import Harness, Verdict, harness_for
 from behavioral_pq.lowering.llm import ChatClient, LLMSettings, load_llm_settings
@@ -53,29 +53,32 @@ class Lowering:
 
 class LlcBackend:
     """``llc-19 -O<opt_level>`` for x86-64: ``cpu`` for functions that name none, ``fp_contract``,
-    ``relocation_model``, the machine outliner (``outline``) and block placement (``block_placement``) as llc
-    takes them (see :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
+    ``relocation_model``, the machine outliner (``outline``), block placement (``block_placement``) and
+    :data:`~behavioral_pq.core.toolchain.CODEGEN_FLAGS` by name (``flags``) as llc takes them (see
+    :func:`~behavioral_pq.core.toolchain.llc_assembly`)."""
 
     name = "llc"
 
     def __init__(self, opt_level: int = 2, cpu: Optional[str] = None, fp_contract: Optional[str] = None,
-                 relocation_model: str = "pic", outline: bool = False, block_placement: bool = True):
+                 relocation_model: str = "pic", outline: bool = False, block_placement: bool = True,
+                 flags: Sequence[str] = ()):
         if opt_level not in (0, 1, 2, 3):
             raise ValueError(f"llc optimization level must be 0..3, got {opt_level}")
         self.opt_level, self.cpu, self.fp_contract = opt_level, cpu, fp_contract
         self.relocation_model, self.outline, self.block_placement = relocation_model, outline, block_placement
+        self.flags = check_codegen_flags(flags)
 
     def options(self) -> dict:
         """The code-generation options, as recorded in outputs."""
         return {"llc": f"-O{self.opt_level}", "cpu": self.cpu, "fp_contract": self.fp_contract or "on",
                 "relocation_model": self.relocation_model, "machine_outliner": self.outline,
-                "block_placement": self.block_placement}
+                "block_placement": self.block_placement, "flags": list(self.flags)}
 
     def lower(self, module, harness: Optional[Harness] = None) -> Lowering:
         start = time.monotonic()
         assembly = llc_assembly(module.bitcode, opt_level=self.opt_level, cpu=self.cpu, fp_contract=self.fp_contract,
                                 relocation_model=self.relocation_model, outline=self.outline,
-                                block_placement=self.block_placement)
+                                block_placement=self.block_placement, flags=self.flags)
         verdict = harness.check(assembly) if harness is not None else None
         return Lowering(assembly, self.name, verdict, (), time.monotonic() - start,
                         harness.notes if harness is not None else ())
