@@ -598,6 +598,35 @@ def test_codegen_flags_are_added_only_where_the_text_is_smaller(tmp_path):
             text_size(bitcode, flags=bad)
 
 
+def test_a_codegen_flag_whose_build_fails_is_left_out(tmp_path, monkeypatch, caplog):
+    """llc 19 crashes on some modules with IPRA and the machine outliner together (an sbase tool after a searched
+    pipeline): the choice leaves that flag out, warns, and goes on with the others."""
+    from behavioral_pq.core import toolchain
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.errors import ToolError
+
+    source = tmp_path / "calls.c"
+    source.write_text(LIVE_ACROSS_CALLS)
+    bitcode = optimize(load_module(source), "Oz", target=Target.module_cpus()).bitcode
+    real = toolchain.text_size
+
+    def crashing(code, **kwargs):
+        if "ipra" in kwargs.get("flags", ()):
+            raise ToolError("llc-19 exited with -11: PLEASE submit a bug report")
+        return real(code, **kwargs)
+
+    monkeypatch.setattr(toolchain, "text_size", crashing)
+    with caplog.at_level("WARNING", logger="behavioral_pq.core.toolchain"):
+        choice = toolchain.smaller_codegen(bitcode, flags=tuple(toolchain.CODEGEN_FLAGS))
+    assert "ipra" not in choice.flags and choice.builds == 4 + len(toolchain.CODEGEN_FLAGS)
+    assert "codegen flags" in caplog.text and "ipra left out" in caplog.text
+    assert choice.text == real(bitcode, outline=choice.outline, block_placement=choice.block_placement,
+                               flags=choice.flags) <= choice.plain
+    monkeypatch.setattr(toolchain, "text_size", lambda code, **kwargs: (_ for _ in ()).throw(ToolError("llc")))
+    with pytest.raises(ToolError):           # the builds without flags failing is the caller's error, as before
+        toolchain.smaller_codegen(bitcode, flags=tuple(toolchain.CODEGEN_FLAGS))
+
+
 def test_cli_compile_for_size_adds_llc_flags_where_they_pay(tmp_path):
     source = tmp_path / "calls.c"
     source.write_text(LIVE_ACROSS_CALLS)
