@@ -85,9 +85,10 @@ def separate_oz_text(units, target) -> int:
         return object_text_size(joined)
 
 
-def store_programs(store, splits, max_instructions, per_project=None):
+def store_programs(store, splits, max_instructions, per_project=None, names=None):
     """(group, "project/program", [unit bitcode, ...], None) for the whole programs (two or more units) of the
-    store's real projects in ``splits``, by project, then size; ``per_project`` of each spread over its sizes."""
+    store's real projects in ``splits``, by project, then size; ``per_project`` of each spread over its sizes;
+    ``names``: only these ("project/program")."""
     from behavioral_pq.corpus import Corpus
     from behavioral_pq.corpus.programs import project_units, whole_programs
 
@@ -104,7 +105,8 @@ def store_programs(store, splits, max_instructions, per_project=None):
         if per_project is not None and len(programs) > per_project:
             step = (len(programs) - 1) / max(per_project - 1, 1)
             programs = [programs[round(i * step)] for i in range(per_project)]
-        found += [(group, f"{project}/{p.name}", [bitcode[u.sha256] for u in p.units], None) for p in programs]
+        found += [(group, f"{project}/{p.name}", [bitcode[u.sha256] for u in p.units], None) for p in programs
+                  if not names or f"{project}/{p.name}" in names]
     return found
 
 
@@ -119,6 +121,9 @@ def main() -> int:
     parser.add_argument("--split", action="append", default=[], help="splits of --store (default: test)")
     parser.add_argument("--max-instructions", type=int, default=20000, metavar="N",
                         help="whole programs of at most N IR instructions (default 20000)")
+    parser.add_argument("--program", action="append", default=[], metavar="PROJECT/NAME",
+                        help="only these whole programs of --store (repeatable; e.g. to measure again the ones a "
+                             "run lost)")
     parser.add_argument("--per-project", type=int, default=None, metavar="N",
                         help="at most N whole programs of each project, spread evenly over its sizes (default: all)")
     parser.add_argument("--library", action="append", default=[], metavar="NAME=DIR",
@@ -154,7 +159,8 @@ def main() -> int:
             programs.append((Path(path).parent.name, Path(path).stem, Path(path), flags))
     target = Target.module_cpus()
     if args.store:
-        programs += store_programs(args.store, args.split or ["test"], args.max_instructions, args.per_project)
+        programs += store_programs(args.store, args.split or ["test"], args.max_instructions, args.per_project,
+                                   set(args.program))
     encoder = load_encoder()
     libraries = {}
     for item in args.library:
