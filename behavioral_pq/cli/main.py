@@ -59,14 +59,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run ``bpq``. Exit status: 0 done, 2 bad input (file, IR, source, option), 1 a failure during the work
     (a pass crash or timeout, a tool or endpoint failing); errors are one line, ``bpq: error: <what>: <why>``."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(join_dash_values(list(sys.argv[1:] if argv is None else argv)))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(join_dash_values(argv))
     if extra:
         # argparse gives an optional FILE... after another positional (``predict oz --link a.c b.c``) nothing
         # and leaves the files over: they are the FILEs still.
         if isinstance(getattr(args, "files", None), list) and not any(e.startswith("-") for e in extra):
             args.files += extra
         else:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            dashed = [e for e in extra if e.startswith("-")]
+            hint = (f" (a flag of the checked program goes in one quoted value, --run-args '{' '.join(dashed)}', "
+                    f"or as --run-args={dashed[0]})" if dashed and "--run-args" in argv else "")
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     debug = bool(os.environ.get("BPQ_DEBUG"))
     if not debug:   # the library logs what the CLI also prints; one line per problem is enough
         logging.getLogger("behavioral_pq").addHandler(logging.NullHandler())

@@ -235,10 +235,9 @@ def smaller_codegen(bitcode: bytes, *, opt_level: int = 2, cpu: Optional[str] = 
     options = dict(opt_level=opt_level, cpu=cpu, relocation_model=relocation_model, timeout=timeout)
     sizes = {(o, b): text_size(bitcode, outline=o, block_placement=b, flags=keep, **options)
              for o in sorted(set(outline)) for b in sorted(set(block_placement), reverse=True)}
-    plain = sizes.get((False, True)) if not keep else None
+    plain, builds = sizes.get((False, True)) if not keep else None, len(sizes)
     if plain is None:
-        plain = text_size(bitcode, **options)
-    builds = len(sizes) + 1 - ((False, True) in sizes and not keep)
+        plain, builds = text_size(bitcode, **options), builds + 1
     # fewest bytes; among equals llc's defaults first (outliner off, block placement on)
     (o, b), text = min(sizes.items(), key=lambda item: (item[1], item[0][0], not item[0][1]))
     chosen = keep
