@@ -102,11 +102,12 @@ def store_programs(store, splits, max_instructions, per_project=None, names=None
         programs = sorted((p for p in whole_programs(units)
                            if len(p.units) > 1 and p.instruction_count <= max_instructions),
                           key=lambda p: (p.instruction_count, p.name))
+        if names:
+            programs = [p for p in programs if f"{project}/{p.name}" in names]
         if per_project is not None and len(programs) > per_project:
             step = (len(programs) - 1) / max(per_project - 1, 1)
             programs = [programs[round(i * step)] for i in range(per_project)]
-        found += [(group, f"{project}/{p.name}", [bitcode[u.sha256] for u in p.units], None) for p in programs
-                  if not names or f"{project}/{p.name}" in names]
+        found += [(group, f"{project}/{p.name}", [bitcode[u.sha256] for u in p.units], None) for p in programs]
     return found
 
 
@@ -159,8 +160,13 @@ def main() -> int:
             programs.append((Path(path).parent.name, Path(path).stem, Path(path), flags))
     target = Target.module_cpus()
     if args.store:
-        programs += store_programs(args.store, args.split or ["test"], args.max_instructions, args.per_project,
-                                   set(args.program))
+        found = store_programs(args.store, args.split or ["test"], args.max_instructions, args.per_project,
+                               set(args.program))
+        missing = set(args.program) - {name for _, name, _, _ in found}
+        if missing:
+            raise SystemExit(f"--program: no whole program {', '.join(sorted(missing))} in the --split splits of "
+                             f"--store (at most --max-instructions {args.max_instructions})")
+        programs += found
     encoder = load_encoder()
     libraries = {}
     for item in args.library:
