@@ -13,7 +13,6 @@ real LTO link is the stronger anchor.
 import argparse
 import json
 import math
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +28,7 @@ def main() -> int:
 
     from behavioral_pq.core.engine import Engine
     from behavioral_pq.core.target import Target
-    from behavioral_pq.core.toolchain import find_tool, text_size
+    from behavioral_pq.core.toolchain import find_tool, run_tool, text_size
     from behavioral_pq.corpus.programs import split_whole_programs
 
     target = Target.module_cpus()
@@ -44,8 +43,7 @@ def main() -> int:
             marked = engine.run_pipeline(module.bitcode, "verify", program.name, target=replace(target, size="Oz"))
             lto = marked
             for passes in ("lto-pre-link<Oz>", "lto<O2>"):
-                lto = subprocess.run([find_tool("opt"), f"-passes={passes}", "-o", "-", "-"], input=lto,
-                                     capture_output=True, check=True).stdout
+                lto = run_tool([find_tool("opt"), f"-passes={passes}", "-o", "-", "-"], input=lto, timeout=600).stdout
             row = {"name": program.name, "instructions": program.instruction_count, "whole_oz": text_size(oz),
                    "lto": text_size(lto)}
             rows.append(row)

@@ -404,6 +404,13 @@ def test_cli_lower_with_llc_and_llm(tmp_path, sat_module):
     assert proc.returncode == 2 and "no LLM endpoint configured" in proc.stderr
 
 
+def reference_stdout(source, tmp_path) -> str:
+    """What ``clang-19 -O0``'s build of ``source`` prints, run without arguments: the output a build must match."""
+    reference = tmp_path / "ref"
+    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
+    return subprocess.run([str(reference)], capture_output=True, text=True, check=True).stdout
+
+
 def test_cli_compile_auto_passes_builds_a_program_that_prints_the_same(tmp_path):
     source = EXAMPLES / "state_machine.c"
     binary = tmp_path / "prog"
@@ -411,10 +418,7 @@ def test_cli_compile_auto_passes_builds_a_program_that_prints_the_same(tmp_path)
     assert proc.returncode == 0, proc.stderr
     for step in ("1. load", "2. recommend", "3. optimize", "4. lower", "verification: ok", "5. link"):
         assert step in proc.stdout
-    reference = tmp_path / "ref"
-    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
-    assert subprocess.run([str(binary)], capture_output=True).stdout == \
-        subprocess.run([str(reference)], capture_output=True).stdout
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == reference_stdout(source, tmp_path)
 
 
 def test_cli_compile_for_size_keeps_the_smaller_of_oz_and_os(tmp_path):
@@ -508,9 +512,7 @@ def test_block_placement_is_turned_off_only_where_the_text_is_smaller(tmp_path):
 def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
     source = tmp_path / "repeated.c"
     source.write_text(REPEATED_BODIES)
-    reference = tmp_path / "ref"
-    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
-    expected = subprocess.run([str(reference)], capture_output=True, text=True).stdout
+    expected = reference_stdout(source, tmp_path)
     symbols = {}
     for choice in ("auto", "off"):
         binary = tmp_path / choice
@@ -630,9 +632,7 @@ def test_a_codegen_flag_whose_build_fails_is_left_out(tmp_path, monkeypatch, cap
 def test_cli_compile_for_size_adds_llc_flags_where_they_pay(tmp_path):
     source = tmp_path / "calls.c"
     source.write_text(LIVE_ACROSS_CALLS)
-    reference = tmp_path / "ref"
-    subprocess.run(["clang-19", "-O0", str(source), "-o", str(reference)], check=True)
-    expected = subprocess.run([str(reference)], capture_output=True, text=True).stdout
+    expected = reference_stdout(source, tmp_path)
     assert expected.count(" ") == 6
     sizes = {}
     for choice in ("auto", "none", "no-lsr"):
