@@ -108,6 +108,15 @@ class ReferenceRunError(LoweringError):
         self.stderr = stderr
 
 
+class VerificationError(LoweringError):
+    """A build failed its check (its verdict is in the message and in ``verdict``): it is not written, since a
+    build that computes something else than the program is no build of it."""
+
+    def __init__(self, message: str, verdict=None):
+        super().__init__(message)
+        self.verdict = verdict
+
+
 class SandboxError(BPQError, RuntimeError):
     """Code from a model endpoint cannot be run safely here (bubblewrap is missing or not allowed) and the user
     did not opt in to running it unprotected."""

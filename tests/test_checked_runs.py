@@ -5,6 +5,7 @@ and failed timed runs are never ranked. Tiny C programs, llc only."""
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,8 @@ from behavioral_pq.core.toolchain import llc_assembly
 from behavioral_pq.errors import ReferenceRunError, ToolError
 from behavioral_pq.lowering import RunInput, lower
 from behavioral_pq.lowering.harness import ProgramHarness
-from behavioral_pq.lowering.sandbox import Sandbox
+from behavioral_pq.cli.main import join_dash_values
+from behavioral_pq.lowering.sandbox import Limits, Sandbox
 
 HEADERS = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
 
@@ -252,7 +254,8 @@ def test_run_dir_is_read_only_and_only_the_writable_dir_takes_writes(tmp_path):
     assert proc.returncode == 1 and "exited with status 2" in proc.stderr and "Read-only file system" in proc.stderr
     proc = bpq("compile", source, "--run-args", f"{inputs} {outputs}", "--writable-dir", outputs, "-o", out)
     assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
-    assert (outputs / "out.txt").read_text() == "copied: payload\n" and not (inputs / "stray.txt").exists()
+    # the runs wrote into copies of the writable folder: the user's folder is as it was
+    assert not (outputs / "out.txt").exists() and not (inputs / "stray.txt").exists()
     # --run-dir shows a folder the program does not name in its arguments (here: a path compiled in)
     fixed = program(tmp_path, "fixed", HEADERS + f'int main(void) {{ FILE *f = fopen("{inputs}/in.txt", "r");\n'
                                                  '  if (!f) { perror("in.txt"); return 1; }\n'
@@ -272,32 +275,29 @@ def test_run_dir_is_read_only_and_only_the_writable_dir_takes_writes(tmp_path):
 
 
 def test_a_build_whose_timed_run_fails_is_not_ranked(tmp_path):
-    """A program that passes its first two runs and fails from the third on (it counts its runs in a file of the
-    writable folder, putting the file's time stamp back so the count is not a written file): its check passes,
-    its timed run fails, and it gets a reason instead of a time."""
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "count").write_text("00000000")
-    source = program(tmp_path, "counter", HEADERS + """
-#include <fcntl.h>
-#include <sys/stat.h>
+    """A program that exits 1 once its input says "fail": the input is changed after the build's check, so the
+    check passes, its timed run fails, and it gets a reason instead of a time."""
+    switch = tmp_path / "switch.txt"
+    switch.write_text("pass\n")
+    source = program(tmp_path, "switch", HEADERS + """
 int main(int argc, char **argv) {
-  int fd = open(argv[1], O_RDWR); struct stat st; char buf[9] = {0};
-  if (fd < 0 || fstat(fd, &st) || read(fd, buf, 8) != 8) return 9;
-  int n = atoi(buf);
-  snprintf(buf, sizeof buf, "%08d", n + 1);
-  pwrite(fd, buf, 8, 0);
-  struct timespec times[2] = {st.st_atim, st.st_mtim};
-  futimens(fd, times);
-  puts("counted");
-  return n >= 2;
+  FILE *f = fopen(argv[1], "r"); char word[16] = {0};
+  if (!f || !fgets(word, sizeof word, f)) return 9;
+  puts("checked");
+  return strncmp(word, "fail", 4) == 0;
 }
 """)
-    run = RunInput(args=(str(state / "count"),), writable=state)
-    with ProgramHarness(load_module(source), run=run) as harness:   # run 1
-        result, = harness.try_timings([assembly(source)], runs=3)   # run 2 (its check), run 3 (timed)
+    with ProgramHarness(load_module(source), run=RunInput(args=(str(switch),))) as harness:
+        check = harness.check
+
+        def check_then_switch(text):
+            verdict = check(text)
+            switch.write_text("fail\n")   # in place: the run's read-only bind shows the new contents
+            return verdict
+
+        harness.check = check_then_switch
+        result, = harness.try_timings([assembly(source)], runs=3)
     assert result == "a timed run exited with status 1, expected 0"
-    assert (state / "count").read_text() == "00000003"
 
 
 def test_run_input_refuses_what_it_cannot_show(tmp_path, monkeypatch):
@@ -325,3 +325,162 @@ def test_compile_help_says_what_the_checked_runs_see():
                   "Other paths are not visible in the sandbox", "The reference run must succeed",
                   "runs the program with no arguments and empty stdin", "a build whose timed runs fail is never ranked"):
         assert words in text, words
+
+
+# -- a failed check never ships; the whole output is compared; runs get their own writable folder; limits hold --
+
+# -O0 prints 0 (INT_MAX + 1 wraps); -Oz folds x + 1 > x to 1 (signed overflow is undefined): the check must say no.
+OVERFLOW = HEADERS + """
+#include <limits.h>
+int main(int argc, char **argv) {
+  int x = INT_MAX - 1 + argc;
+  printf("%d\\n", x + 1 > x);
+  return 0;
+}
+"""
+
+
+def test_a_build_that_fails_its_check_is_not_written(tmp_path):
+    source = program(tmp_path, "overflow", OVERFLOW)
+    out = tmp_path / "overflow"
+    proc = bpq("compile", source, "--passes", "Oz", "-o", out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "verification: wrong-output (stdout: line 1: expected '0', got '1')" in proc.stdout
+    assert proc.stderr.count("\n") == 1 and "failed its check (wrong-output: stdout: line 1: expected '0', got '1')" \
+        in proc.stderr and "nothing written" in proc.stderr and "--keep-unverified" in proc.stderr
+    assert not out.exists()
+    proc = bpq("compile", source, "--passes", "Oz", "-o", out, "--keep-unverified")
+    assert proc.returncode == 0 and "written anyway" in proc.stderr and out.exists()
+    s = tmp_path / "overflow.s"
+    proc = bpq("lower", source, "--passes", "Oz", "--verify", "-o", s)
+    assert proc.returncode == 1 and "failed its check (wrong-output" in proc.stderr and not s.exists()
+    proc = bpq("lower", source, "--passes", "Oz", "--verify", "-o", s, "--keep-unverified")
+    assert proc.returncode == 0 and s.exists()
+    # a build that passes is written as before
+    proc = bpq("compile", source, "--passes", "O0", "-o", out, "--overwrite")
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+
+
+def test_output_past_the_first_mebibyte_is_compared(tmp_path):
+    """Both builds print 1.5 MiB of the same lines; only their last line differs."""
+    long = HEADERS + 'int main(void) { for (int i = 0; i < 150000; i++) printf("line %06d\\n", i); ' \
+                     'printf("end %d\\n", END); return 0; }\n'
+    same, other = program(tmp_path, "same", "#define END 0\n" + long), program(tmp_path, "other", "#define END 1\n" + long)
+    with ProgramHarness(load_module(same)) as harness:
+        assert harness.expected_streams[0].size > 1_500_000
+        assert harness.check(assembly(same)).ok
+        verdict = harness.check(assembly(other))
+    assert verdict.stage == "wrong-output" and "stdout differs after its first 1,048,576 bytes" in verdict.message
+
+
+APPENDER = HEADERS + """
+int main(int argc, char **argv) {
+  char path[512]; snprintf(path, sizeof path, "%s/log.txt", argv[1]);
+  FILE *f = fopen(path, "a"); if (!f) return 3;
+  fputs("run\\n", f); fclose(f);
+  f = fopen(path, "r"); char line[64]; int n = 0;
+  while (fgets(line, sizeof line, f)) n++;
+  printf("%d lines\\n", n);
+  if (DELETE) { snprintf(path, sizeof path, "%s/keep.txt", argv[1]); remove(path); }
+  return 0;
+}
+"""
+
+
+def test_every_run_works_on_its_own_copy_of_the_writable_folder(tmp_path):
+    """A program appending to a log sees the user's log each time (a correct build is not judged wrong); a build
+    that deletes a file is wrong; the user's folder is never touched."""
+    room = tmp_path / "w"
+    room.mkdir()
+    (room / "keep.txt").write_text("precious\n")
+    (room / "log.txt").write_text("old\n")
+    appender = program(tmp_path, "appender", "#define DELETE 0\n" + APPENDER)
+    deleter = program(tmp_path, "deleter", "#define DELETE 1\n" + APPENDER)
+    with ProgramHarness(load_module(appender), run=RunInput(args=(str(room),), writable=room)) as harness:
+        assert harness.expected == "2 lines\n"
+        assert harness.expected_files["writable:log.txt"].text == "old\nrun\n"
+        for _ in range(2):
+            assert harness.check(assembly(appender)).ok
+        verdict = harness.check(assembly(deleter))
+        assert verdict.stage == "wrong-output" and "deleted writable:keep.txt" in verdict.message
+    with ProgramHarness(load_module(deleter), run=RunInput(args=(str(room),), writable=room)) as harness:
+        assert harness.check(assembly(deleter)).ok
+        verdict = harness.check(assembly(appender))
+        assert verdict.stage == "wrong-output" and "did not delete writable:keep.txt" in verdict.message
+    assert (room / "keep.txt").read_text() == "precious\n" and (room / "log.txt").read_text() == "old\n"
+    assert sorted(p.name for p in room.iterdir()) == ["keep.txt", "log.txt"]
+
+
+def test_the_process_limit_holds_in_the_sandbox(tmp_path):
+    """As root RLIMIT_NPROC does not apply; the sandbox holds Limits.processes with a pids cgroup."""
+    forker = program(tmp_path, "forker", HEADERS + """
+#include <sys/wait.h>
+int main(void) {
+  int made = 0;
+  for (int i = 0; i < 1500; i++) { pid_t p = fork(); if (p == 0) { sleep(2); _exit(0); } if (p < 0) break; made++; }
+  printf("forked %d\\n", made); fflush(stdout);
+  while (wait(NULL) > 0) {}
+  return 0;
+}
+""")
+    binary = tmp_path / "work" / "forker"
+    binary.parent.mkdir()
+    subprocess.run(["clang-19", str(forker), "-o", str(binary)], check=True)
+    box = Sandbox(binary.parent, Limits(processes=64))
+    assert box.process_limit in ("cgroup", "rlimit")
+    result = box.run([str(binary)], timeout=30)
+    made = int(result.stdout.split()[1])
+    assert result.returncode == 0 and 0 < made < 64, result.stdout
+    assert not list(Path("/sys/fs/cgroup").glob("**/bpq-sandbox-*"))
+
+
+def test_a_deep_folder_tree_left_by_a_run_is_compared_and_removed(tmp_path):
+    digger = program(tmp_path, "digger", HEADERS + """
+#include <sys/stat.h>
+int main(void) {
+  for (int i = 0; i < 1200; i++) { if (mkdir("d", 0755) || chdir("d")) return 4; }
+  FILE *f = fopen("bottom.txt", "w"); fputs("deep\\n", f); fclose(f);
+  puts("dug");
+  return 0;
+}
+""")
+    harness = ProgramHarness(load_module(digger))
+    workdir = harness.workdir
+    assert any("deeper than 64 levels" in f.digest for f in harness.expected_files.values())
+    assert harness.check(assembly(digger)).ok
+    harness.close()
+    assert not workdir.exists()
+
+
+def test_a_link_to_the_root_is_not_shown_to_the_run(tmp_path):
+    link = tmp_path / "r"
+    link.symlink_to("/")
+    for run in (dict(folders=(link,)), dict(writable=link), dict(args=(str(link),))):
+        with pytest.raises(ValueError, match="a link to /.*the whole file system"):
+            RunInput(**run)
+
+
+def test_a_one_letter_flag_with_its_path_is_shown_and_parsed(tmp_path):
+    data = tmp_path / "in.txt"
+    data.write_text("0\nhello\n")
+    run = RunInput(args=(f"-i{data}",))
+    assert [(b.source, b.target) for b in run.binds] == [(data, data)]
+    assert join_dash_values(["compile", "a.c", "--run-args", f"-i{data}", "-o", "x"]) == \
+        ["compile", "a.c", f"--run-args=-i{data}", "-o", "x"]
+    assert join_dash_values(["compile", "a.c", "--run-args", "-n", "3"]) == ["compile", "a.c", "--run-args", "-n", "3"]
+    source = program(tmp_path, "flagged", READER.replace("fopen(argv[1]", "fopen(argv[1] + 2"))
+    for given in (["--run-args", f"-i{data}"], [f"--run-args=-i{data}"]):
+        proc = bpq("compile", source, *given, "-o", tmp_path / "flagged", "--overwrite")
+        assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    source = program(tmp_path, "prog", HEADERS + 'int main(void) { puts("hi"); return 0; }\n')
+    text = source.read_text()
+    proc = bpq("compile", source, "-o", source)
+    assert proc.returncode == 2 and "would replace the input" in proc.stderr
+    proc = bpq("lower", source, "-o", source)
+    assert proc.returncode == 2 and "would replace the input" in proc.stderr
+    assert source.read_text() == text
+    proc = bpq("compile", source, "--keep-assembly", "-o", tmp_path / "prog.s")
+    assert proc.returncode == 2 and "--keep-assembly" in proc.stderr and not (tmp_path / "prog.s").exists()

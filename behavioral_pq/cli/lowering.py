@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import textwrap
@@ -134,12 +135,44 @@ def _print_lowering(lowering) -> None:
         print(f"  answer {i} ({attempt.phase}): {attempt.stage}{': ' + detail if detail else ''}")
     if lowering.verdict is None:
         print("  verification: not run (llc is trusted; --verify to check)")
-    elif lowering.verdict.tested:
+    elif lowering.verdict.tested and lowering.verdict.ok:
         print(f"  verification: {lowering.verdict.stage}")
     else:
         print(f"  verification: {lowering.verdict.stage} ({lowering.verdict.message})")
     for note in lowering.notes:
         print(f"  note: {note}")
+
+
+def refuse_unverified(lowering, name: str, output, keep: bool) -> None:
+    """Stop before anything is written when the build failed its check (VerificationError), unless ``keep``
+    (``--keep-unverified``), which writes it with a warning."""
+    from behavioral_pq.errors import VerificationError
+
+    verdict = lowering.verdict
+    if verdict is None or verdict.ok:
+        return
+    first = (verdict.message.strip().splitlines() or [""])[0]
+    first = first if len(first) <= 300 else first[:300] + " ..."
+    if keep:
+        print(f"warning: {name}: the build failed its check ({verdict.stage}: {first}); written anyway "
+              "(--keep-unverified)", file=sys.stderr)
+        return
+    where = f"nothing written at {output}" if output else "nothing written"
+    raise VerificationError(f"{name}: the build failed its check ({verdict.stage}: {first}); {where} "
+                            "(--keep-unverified writes it anyway)", verdict)
+
+
+def refuse_input_as_output(outputs, inputs) -> None:
+    """An output path that is one of the input files (``bpq compile prog.c -o prog.c`` would replace the source)
+    is refused before any work."""
+    for output in outputs:
+        for source in inputs:
+            try:
+                same = os.path.samefile(output, source)
+            except OSError:
+                same = os.path.abspath(output) == os.path.abspath(source)
+            if same:
+                raise ValueError(f"{output}: the output would replace the input {source}; name another output")
 
 
 def _lowering_json(lowering) -> dict:
@@ -176,6 +209,7 @@ def cmd_lower(args) -> int:
     if bool(args.files or args.compile_commands) == bool(args.task):
         raise ValueError("give a FILE or --task NAME (see bpq lower --help)")
     output = check_output(args.output, args.overwrite)
+    refuse_input_as_output([output] if output else [], list(args.files or []))
     run = run_input(args)
     task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
     module = task.module() if task else load_program(args)
@@ -188,15 +222,17 @@ def cmd_lower(args) -> int:
         cost = static_cost(lowering.assembly)
     except ToolError:  # nothing mca can measure, e.g. a module that only declares or holds data
         cost = None
+    if not args.json:
+        print(f"{module.name}: {module.instruction_count} -> {optimized.instruction_count} IR instructions "
+              f"({args.passes}); lowered by {lowering.backend} in {lowering.seconds:.2f} s")
+        _print_lowering(lowering)
+    refuse_unverified(lowering, module.name, args.output, args.keep_unverified)
     if output:
         lowering.save(output)
     if args.json:
         print(json.dumps({"module": module.name, "passes": args.passes, **_lowering_json(lowering),
                           "mca_cycles": cost.cycles if cost else None, "output": args.output}, indent=1))
         return 0
-    print(f"{module.name}: {module.instruction_count} -> {optimized.instruction_count} IR instructions "
-          f"({args.passes}); lowered by {lowering.backend} in {lowering.seconds:.2f} s")
-    _print_lowering(lowering)
     print(f"  llvm-mca: {cost.cycles} cycles for 100 iterations ({cost.instructions // 100} instructions)" if cost
           else "  llvm-mca: no instructions to measure")
     print(f"wrote {args.output}" if args.output else "(no -o given: nothing written)")
@@ -237,8 +273,12 @@ def cmd_compile(args) -> int:
     stem = Path(args.files[0]).stem if args.files else "program"
     names = [Path(args.output)] if args.output else [Path(stem), Path(stem + ".o")]   # without -o: main decides
     if args.keep_assembly:
+        if args.output and Path(args.output).suffix == ".s":
+            raise ValueError(f"{args.output}: --keep-assembly writes the assembly beside the output, with the suffix "
+                             ".s, which is this output's own name: name the output otherwise")
         names += [name.with_suffix(".s") for name in names]
     outputs = {name: check_output(name, args.overwrite) for name in names}   # each name it may write, checked now
+    refuse_input_as_output(list(outputs), list(args.files or []))
     run = run_input(args)
     target = cli_target(args)
     if args.objective == "size":
@@ -320,6 +360,7 @@ def cmd_compile(args) -> int:
     _print_lowering(lowering)
     program = defines_main(module)
     output = Path(args.output or (stem + ("" if program else ".o")))
+    refuse_unverified(lowering, module.name, output, args.keep_unverified)
     source = output.with_suffix(".s") if args.keep_assembly else None
     if source is not None:
         write_text_atomic(outputs[source], lowering.assembly)
@@ -432,6 +473,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--verify", action="store_true", help="verify llc's output too (the LLM's always is)")
+    p.add_argument("--keep-unverified", action="store_true",
+                   help="write the assembly even when it fails its check (by default a failed check writes nothing "
+                        "and exits 1)")
     _add_run_options(p)
     add_target_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT.s", help="write the assembly")
@@ -456,6 +500,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=("llc", "llm"), default="llc")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3), help="llc -O level (default 2)")
     p.add_argument("--no-verify", action="store_true", help="skip running the program against the unoptimized one")
+    p.add_argument("--keep-unverified", action="store_true",
+                   help="write the build even when it fails its check (by default a failed check writes nothing "
+                        "and exits 1)")
     _add_run_options(p)
     p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
     p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",

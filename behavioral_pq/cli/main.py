@@ -38,15 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Options whose value may start with "-" (a pass flag): ``--passes -sroa`` is read as ``--passes=-sroa``.
 DASH_VALUE_OPTIONS = ("--passes",)
+#: Options of many values whose one value may start with "-" (a program's flag, ``--run-args '-i/in.txt'``), where
+#: it is the last value: followed by nothing or by another option (``--run-args -n 3`` stays an error, since the
+#: ``3`` would be read as a FILE).
+DASH_LAST_VALUE_OPTIONS = ("--run-args",)
 
 
 def join_dash_values(argv: List[str]) -> List[str]:
-    """``--passes -sroa`` -> ``--passes=-sroa`` (argparse would take ``-sroa`` for an option)."""
+    """``--passes -sroa`` -> ``--passes=-sroa``, ``--run-args -v -o x`` -> ``--run-args=-v -o x`` (argparse
+    would take ``-sroa`` and ``-v`` for options)."""
     out: List[str] = []
     i = 0
     while i < len(argv):
-        if argv[i] in DASH_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-") \
-                and not argv[i + 1].startswith("--"):
+        dashed = i + 1 < len(argv) and argv[i + 1].startswith("-") and not argv[i + 1].startswith("--")
+        last = i + 2 >= len(argv) or argv[i + 2].startswith("-")
+        if dashed and (argv[i] in DASH_VALUE_OPTIONS or (argv[i] in DASH_LAST_VALUE_OPTIONS and last)):
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
             continue

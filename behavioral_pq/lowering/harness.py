@@ -34,13 +34,24 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
 from behavioral_pq.errors import LoweringError, ReferenceRunError, ToolError
-from behavioral_pq.lowering.runs import Opened, RunInput, WrittenFile, stamps, written
+from behavioral_pq.lowering.runs import (
+    DELETED,
+    MAX_WRITABLE_BYTES,
+    Opened,
+    RunInput,
+    WrittenFile,
+    stamps,
+    writable_size,
+    written,
+)
 from behavioral_pq.lowering.sandbox import (
     MAX_ASSEMBLY_BYTES,
     Limits,
     Result,
     Sandbox,
+    Stream,
     describe,
+    remove_tree,
     screen_assembly,
     scrub,
 )
@@ -140,9 +151,36 @@ def _same_line(want: str, got: str) -> bool:
     return True
 
 
+def compare_streams(name: str, expected: str, expected_stream: Stream, actual: str, actual_stream: Stream,
+                    limit: int) -> Optional[str]:
+    """None when two runs wrote the same on one stream (``name``: ``stdout`` or ``stderr``), else the first
+    difference. ``expected`` and ``actual`` are the streams' first ``limit`` bytes as text and the ``*_stream``
+    describe them whole: within the limit text is compared as :func:`compare_outputs` does (floats within
+    tolerance); past it the whole streams must be equal byte for byte."""
+    if expected_stream.digest == actual_stream.digest:
+        return None
+    if expected_stream.size <= limit and actual_stream.size <= limit:
+        return compare_outputs(expected, actual)
+    difference = compare_outputs(expected, actual)
+    if difference:
+        return difference
+    return (f"{name} differs after its first {limit:,} bytes ({actual_stream.size:,} bytes, expected "
+            f"{expected_stream.size:,}; output past the first {limit:,} bytes is compared byte for byte)")
+
+
 def compare_files(expected: Dict[str, WrittenFile], actual: Dict[str, WrittenFile]) -> Optional[str]:
     """None when two runs left the same files (names, and contents: equal bytes, or text that
-    :func:`compare_outputs` finds equal), else the first difference."""
+    :func:`compare_outputs` finds equal; a file deleted from the writable folder by both), else the first
+    difference."""
+    def gone(files: Dict[str, WrittenFile], name: str) -> bool:
+        return name in files and files[name].digest == DELETED
+
+    deleted = sorted(n for n in actual if gone(actual, n) and not gone(expected, n))
+    kept = sorted(n for n in expected if gone(expected, n) and not gone(actual, n))
+    if deleted or kept:
+        return "; ".join(part for part in (
+            f"deleted {', '.join(deleted[:5])}, which the reference did not" if deleted else "",
+            f"did not delete {', '.join(kept[:5])}, as the reference did" if kept else "") if part)
     missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
     if missing or extra:
         return "; ".join(part for part in (
@@ -196,7 +234,7 @@ class Harness:
         self.max_assembly_bytes = max_assembly_bytes
         self.workdir = Path(tempfile.mkdtemp(prefix="bpq-lower-"))
         self.sandbox = Sandbox(self.workdir, limits, unsafe=unsafe_run)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
+        self._finalizer = weakref.finalize(self, remove_tree, str(self.workdir))
         self._counter = 0
         self._lock = threading.Lock()
 
@@ -318,7 +356,7 @@ class Harness:
         the builds beside them) and nothing one run leaves behind changes the next."""
         timeout = timeout or self.run_timeout
         folder = self.workdir / "run"
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
         folder.mkdir()
         result = self.sandbox.run([str(binary), *args], timeout=timeout, cwd=folder)
         if result.returncode is None:
@@ -472,9 +510,15 @@ class ProgramHarness(Harness):
                  **kwargs):
         if run is not None and args:
             raise ValueError("give the program's arguments in run (a RunInput) or as args, not both")
+        self.run = run if run is not None else RunInput(args=tuple(args))
+        self.room = self.run.writable and Path(os.path.realpath(self.run.base / self.run.writable))
+        if self.room:
+            size = writable_size(self.room)
+            if size > MAX_WRITABLE_BYTES:
+                raise ValueError(f"{self.run.writable}: the writable folder holds {size:,} bytes; every checked run "
+                                 f"works on a copy of its own, so it may hold at most {MAX_WRITABLE_BYTES:,}")
         super().__init__(**kwargs)
         self.module = module
-        self.run = run if run is not None else RunInput(args=tuple(args))
         self.args = list(self.run.args)
         self.cxx = needs_cxx_runtime(module.text())
         self.program = self.workdir / "program" / (re.sub(r"[^\w.+-]", "_", module.name)[:64] or "program")
@@ -498,6 +542,7 @@ class ProgramHarness(Harness):
         self.expected_status = seen.result.returncode
         self.expected = seen.result.stdout.decode(errors="replace")
         self.expected_stderr = seen.result.stderr.decode(errors="replace")
+        self.expected_streams = (seen.result.stdout_stream, seen.result.stderr_stream)
         self.expected_files = seen.files
         self._notes = []
         if not self.run.given:
@@ -547,32 +592,40 @@ class ProgramHarness(Harness):
 
     def _observe(self, binary: Path, *, timeout: Optional[float] = None, files: bool = True,
                  watch: bool = False) -> Observed:
-        """Run a build with :attr:`run` as :attr:`program` in a new empty folder: what it printed, its status,
-        (``files``) what it left and (``watch``) which read-only paths named for it it never opened. Never raises
-        for what the program does."""
+        """Run a build with :attr:`run` as :attr:`program` in a new empty folder (and a new copy of the writable
+        folder, in place of the user's): what it printed, its status, (``files``) what it left and (``watch``)
+        which read-only paths named for it it never opened. Never raises for what the program does."""
         folder = self.workdir / "run"
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
         folder.mkdir()
         staged = self.program.with_name(self.program.name + ".new")
         staged.unlink(missing_ok=True)
         os.link(binary, staged)
         os.replace(staged, self.program)
-        before = stamps(self.run.writable and (self.run.base / self.run.writable))
+        binds, room = self.run.binds, None
+        if self.room:
+            room = self.workdir / "writable"
+            remove_tree(room)
+            try:
+                shutil.copytree(self.room, room, symlinks=True)
+            except (OSError, shutil.Error, RecursionError) as exc:
+                raise LoweringError(f"{self.run.writable}: cannot copy the writable folder for a checked run "
+                                    f"({exc})") from None
+            binds = tuple(dataclasses.replace(b, source=room) if b.writable else b for b in binds)
+        before = stamps(room)
         stdin = open(self.run.stdin, "rb") if self.run.stdin is not None else None
         named = [b.source for b in self.run.binds if not b.writable] if watch else []
         try:
             with Opened(named) as opened:
                 result = self.sandbox.run([str(self.program), *self.args], timeout=timeout or self.run_timeout,
-                                          stdin=stdin, cwd=folder, binds=self.run.binds)
+                                          stdin=stdin, cwd=folder, binds=binds)
             read = os.lseek(stdin.fileno(), 0, os.SEEK_CUR) if stdin is not None else None
         finally:
             if stdin is not None:
                 stdin.close()
         left = {}
         if files:
-            writable = self.run.writable and Path(os.path.realpath(self.run.base / self.run.writable))
-            left = written(folder, [b.target for b in self.run.binds if not b.target.is_absolute()], writable or None,
-                           before)
+            left = written(folder, [b.target for b in self.run.binds if not b.target.is_absolute()], room, before)
         return Observed(result, left, read, opened.unopened)
 
     def _build(self, assembly: str) -> Path:
@@ -601,11 +654,14 @@ class ProgramHarness(Harness):
         if result.returncode is None:
             stage, message = describe(result)
             return Verdict(stage, self._clean(message))
-        difference = compare_outputs(self.expected, result.stdout.decode(errors="replace"))
+        limit = self.sandbox.limits.output_bytes
+        difference = compare_streams("stdout", self.expected, self.expected_streams[0],
+                                     result.stdout.decode(errors="replace"), result.stdout_stream, limit)
         if difference:
-            return Verdict("wrong-output", difference)
+            return Verdict("wrong-output", "stdout: " + difference)
         if self.run.compare_stderr:
-            difference = compare_outputs(self.expected_stderr, result.stderr.decode(errors="replace"))
+            difference = compare_streams("stderr", self.expected_stderr, self.expected_streams[1],
+                                         result.stderr.decode(errors="replace"), result.stderr_stream, limit)
             if difference:
                 return Verdict("wrong-output", "stderr: " + self._clean(difference))
         if result.returncode != self.expected_status:

@@ -8,11 +8,14 @@ will open, read-only unless named writable:
   ``--flag=PATH``): an absolute path at the same path; a relative one (to the folder the command was started in)
   at the same relative path inside the run's working folder, so the program opens it as typed;
 * ``folders``: folders the program reads without naming them in its arguments (same rules);
-* ``writable``: the one folder the program may write to, read-write;
+* ``writable``: the one folder the program may write to: each run gets a copy of its own, read-write, and the
+  user's folder is never touched (the run's changes to the copy are compared: created, changed and deleted
+  files);
 * ``stdin``: a file that becomes the program's standard input (its descriptor is passed, nothing is bound).
 
 Any other path is not there for the program. What the run writes in its working folder (and the files it
-creates or changes in the writable folder) is part of its result: :func:`written` reads it back.
+creates, changes or deletes in its copy of the writable folder) is part of its result: :func:`written` reads it
+back.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from behavioral_pq.lowering.sandbox import Bind
 VISIBLE = (Path("/usr"), Path("/dev"), Path("/proc"))
 #: Written files larger than this are compared by digest only (smaller text files tolerate float rounding).
 MAX_TEXT_BYTES = 1 << 20
+#: Folder levels below a run's working folder (or writable folder) that are read back; a deeper tree counts as
+#: one entry saying so (what lies deeper is not compared).
+MAX_DEPTH = 64
+#: The largest writable folder: every run (the reference's, each candidate's, each timed one) works on a copy.
+MAX_WRITABLE_BYTES = 1 << 30
+#: The digest of :func:`written`'s entry for a file a run deleted from the writable folder.
+DELETED = "deleted"
 
 #: How :func:`written` names a file of the writable folder (``writable:out/log.txt``), apart from the working
 #: folder's and without the user's paths (which verdicts fed back to a model must not show).
@@ -98,8 +108,10 @@ class RunInput:
 
     def _add(self, binds: Dict[Path, Bind], text: PathLike, writable: bool) -> None:
         path = Path(os.path.normpath(text))
-        if path == Path("/"):
-            raise ValueError("/: the whole file system cannot be shown to the checked run; name the files it reads")
+        if path == Path("/") or Path(os.path.realpath(self.base / path)) == Path("/"):
+            shown = "/" if path == Path("/") else f"{text} (a link to /)"
+            raise ValueError(f"{shown}: the whole file system cannot be shown to the checked run; name the files "
+                             "it reads")
         if path.is_absolute():
             if not writable and any(_under(Path(os.path.realpath(path)), v) for v in VISIBLE):
                 return
@@ -141,12 +153,15 @@ class RunInput:
 
 
 def _path_words(word: str) -> List[str]:
-    """The parts of an argument that may name a path: the word, and what follows its first ``=``."""
+    """The parts of an argument that may name a path: the word, what follows its first ``=`` (``--in=PATH``),
+    and what follows a one-letter flag (``-iPATH``, as ``-I/usr/include`` is written)."""
     words = [word] if word not in ("", "-") else []
     if "=" in word:
         value = word.split("=", 1)[1]
         if value not in ("", "-"):
             words.append(value)
+    if len(word) > 2 and word[0] == "-" and word[1].isalpha():
+        words.append(word[2:])
     return words
 
 
@@ -196,7 +211,10 @@ def stamps(folder: Optional[Path]) -> Dict[str, Tuple[int, int, int]]:
     if folder is None:
         return found
     for path in _files(folder, ()):
-        st = path.lstat()
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
         found[str(path.relative_to(folder))] = (st.st_mtime_ns, st.st_size, st.st_ino)
     return found
 
@@ -204,22 +222,34 @@ def stamps(folder: Optional[Path]) -> Dict[str, Tuple[int, int, int]]:
 def written(folder: Path, skip: Sequence[Path] = (), writable: Optional[Path] = None,
             before: Optional[Dict[str, Tuple[int, int, int]]] = None) -> Dict[str, WrittenFile]:
     """The files a run left: every file under its working ``folder`` (by relative path; ``skip``: the mount
-    points of its binds, relative to ``folder``) and, in the ``writable`` folder, those it created or changed
-    since ``before`` (:func:`stamps`; by relative path after :data:`WRITABLE`). Symbolic links count as files
-    holding their target."""
+    points of its binds, relative to ``folder``) and, in the ``writable`` folder, those it created, changed or
+    deleted since ``before`` (:func:`stamps`; by relative path after :data:`WRITABLE`; a deleted file's digest is
+    :data:`DELETED`). Symbolic links count as files holding their target; a tree deeper than :data:`MAX_DEPTH`
+    counts as one entry saying so."""
     found = {str(path.relative_to(folder)): _entry(path) for path in _files(folder, skip)}
     if writable is not None:
-        now = stamps(writable)
+        now, before = stamps(writable), before or {}
         for name, stamp in now.items():
-            if (before or {}).get(name) != stamp:
+            if before.get(name) != stamp:
                 found[WRITABLE + name] = _entry(writable / name)
+        for name in before.keys() - now.keys():
+            found[WRITABLE + name] = WrittenFile(0, DELETED, None)
     return found
+
+
+class _TooDeep(Path().__class__):
+    """A folder :func:`_files` did not descend into (deeper than :data:`MAX_DEPTH`, or a path too long)."""
 
 
 def _entry(path: Path) -> WrittenFile:
     """A regular file's contents; a link's target; for anything else (a FIFO, a socket) or a file that cannot be
     read, its kind."""
-    mode = path.lstat().st_mode
+    if isinstance(path, _TooDeep):
+        return WrittenFile(0, f"a folder tree deeper than {MAX_DEPTH} levels", None)
+    try:
+        mode = path.lstat().st_mode
+    except OSError as exc:
+        return WrittenFile(0, f"unreadable: {exc.strerror}", None)
     if stat.S_ISLNK(mode):
         target = os.readlink(path)
         return WrittenFile(len(target), hashlib.sha256(target.encode()).hexdigest(), f"-> {target}")
@@ -232,14 +262,45 @@ def _entry(path: Path) -> WrittenFile:
 
 
 def _files(folder: Path, skip: Iterable[Path]) -> List[Path]:
+    """Every file (and link) under ``folder`` but those in ``skip``, sorted, without recursion: a folder at
+    :data:`MAX_DEPTH` levels, or one that cannot be listed, is itself listed (as :class:`_TooDeep`)."""
     skipped = {folder / s for s in skip}
-    found = []
-    for root, dirs, files in os.walk(folder):
-        here = Path(root)
-        links = [d for d in dirs if (here / d).is_symlink()]   # links to folders: entries, not descended
-        dirs[:] = sorted(d for d in dirs if here / d not in skipped and d not in links)
-        found += [here / f for f in sorted(files + links) if here / f not in skipped]
-    return found
+    found: List[Path] = []
+    stack: List[Tuple[Path, int]] = [(folder, 0)]
+    while stack:
+        here, depth = stack.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            if here != folder:
+                found.append(_TooDeep(here))
+            continue
+        for entry in entries:
+            path = here / entry.name
+            if path in skipped:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if depth + 1 >= MAX_DEPTH:
+                    found.append(_TooDeep(path))
+                else:
+                    stack.append((path, depth + 1))
+            else:
+                found.append(path)
+    return sorted(found)
+
+
+def writable_size(folder: Path) -> int:
+    """The bytes of the regular files under ``folder`` (what a run's copy of it costs)."""
+    total = 0
+    for path in _files(folder, ()):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
 
 
 class Opened:

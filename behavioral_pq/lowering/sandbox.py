@@ -10,9 +10,12 @@ assembler, the linker and the program) with:
   session, so nothing outlives the check: a background process forked by the program dies with the sandbox's PID
   namespace.
 - **an empty environment** but ``PATH`` and ``LANG`` (no API keys, no home folder).
-- **rlimits**: CPU seconds, address space, file size, open files, processes.
+- **rlimits**: CPU seconds, address space, file size, open files; and a **process limit**: a cgroup with
+  ``pids.max`` where one can be made (as root, where RLIMIT_NPROC does not apply: see :class:`PidsCgroup`), else
+  RLIMIT_NPROC.
 - **a wall-clock deadline**: the whole process group is killed when it passes.
-- **bounded output**: stdout and stderr go to files under the file-size limit and are read back cut.
+- **bounded output**: stdout and stderr go to files under the file-size limit and are read back cut, with the
+  size and sha256 of the whole stream, so what lies past the cut is still compared.
 
 Where bubblewrap cannot run, model code is refused (:class:`~behavioral_pq.errors.SandboxError`) unless the user
 opts in to running it unprotected (``unsafe=True``, ``bpq ... --unsafe-run`` or ``BPQ_UNSAFE_RUN=1``).
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import logging
 import os
 import re
 import resource
@@ -39,8 +44,15 @@ from typing import IO, List, Optional, Sequence, Tuple, Union
 
 from behavioral_pq.errors import SandboxError
 
-#: Directives that make the assembler read a file (their errors would quote it back to the endpoint).
-FILE_DIRECTIVES = re.compile(r"^\s*(?:[A-Za-z_.$][\w.$]*:\s*)*\.(include|incbin)\b", re.IGNORECASE | re.MULTILINE)
+log = logging.getLogger(__name__)
+
+#: Directives that make the assembler read a file (their errors would quote it back to the endpoint; llvm-mca, run
+#: outside the sandbox, reads any file), and those that could spell one (``.macro`` / ``.irp`` / ``.irpc`` bodies
+#: substitute arguments into directive names: ``.\d "FILE"`` with ``d`` = ``include``). Matched anywhere a token
+#: can start, not only at line starts: ``;`` separates statements, a label may precede, and the assembler takes a
+#: quoted name (``".incbin"``) as the directive too. Comments and strings are not told apart (a directive's name
+#: in them is refused as well): telling them apart as the assembler does would need its whole lexer.
+FILE_DIRECTIVES = re.compile(r"(?<![\w$.?@])\.(include|incbin|macro|irpc|irp)\b", re.IGNORECASE | re.ASCII)
 MAX_ASSEMBLY_BYTES = 2 << 20
 MAX_FEEDBACK_CHARS = 4000
 
@@ -113,8 +125,19 @@ def _mounts(workdir: Path, binds: Sequence[Bind] = (), folder: Optional[Path] = 
 
 
 @dataclasses.dataclass(frozen=True)
+class Stream:
+    """The whole of what a command wrote on stdout or stderr: its ``size`` in bytes and ``digest`` (sha256), of
+    which :class:`Result` keeps only the first ``Limits.output_bytes``."""
+
+    size: int = 0
+    digest: str = hashlib.sha256(b"").hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
 class Result:
-    """What a sandboxed command did. ``signal`` is set when it was killed by one (``returncode`` is then None)."""
+    """What a sandboxed command did. ``signal`` is set when it was killed by one (``returncode`` is then None).
+    ``stdout`` and ``stderr`` are cut at ``Limits.output_bytes``; ``stdout_stream`` and ``stderr_stream`` describe
+    the whole streams."""
 
     returncode: Optional[int]
     stdout: bytes
@@ -122,6 +145,122 @@ class Result:
     timed_out: bool = False
     signal: Optional[int] = None
     seconds: float = 0.0
+    stdout_stream: Stream = Stream()
+    stderr_stream: Stream = Stream()
+
+
+class PidsCgroup:
+    """A cgroup of its own with ``pids.max`` for one sandboxed command (cgroup v2, or v1's ``pids`` hierarchy),
+    or nothing where none can be made (:attr:`path` is None: not root, no pids controller, a read-only cgroup
+    file system).
+
+    RLIMIT_NPROC does not hold a command started by root: the kernel exempts root's processes, and the sandbox's
+    user namespace maps its user to root outside. A cgroup's ``pids.max`` holds everyone. The command joins it
+    between fork and exec (:meth:`join`); :meth:`close` kills what is left in it and removes it."""
+
+    def __init__(self, limit: int):
+        self.path: Optional[Path] = None
+        base = _pids_hierarchy()
+        if base is None:
+            return
+        path = base / f"bpq-sandbox-{os.getpid()}-{next(_CGROUP_COUNTER)}"
+        try:
+            path.mkdir()
+        except OSError:
+            return
+        try:
+            (path / "pids.max").write_text(str(int(limit)))
+        except OSError:
+            _remove_cgroup(path)
+            return
+        self.path = path
+        self._procs = os.fsencode(path / "cgroup.procs")
+
+    def join(self) -> None:   # runs in the child between fork and exec
+        if self.path is not None:
+            fd = os.open(self._procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        if self.path is not None:
+            _remove_cgroup(self.path)
+            self.path = None
+
+
+_CGROUP_COUNTER = iter(range(1 << 62))
+
+
+@functools.lru_cache(maxsize=1)
+def _pids_hierarchy() -> Optional[Path]:
+    """The folder of this process's cgroup in a hierarchy with the pids controller, where children can be made
+    and given a ``pids.max``; None where there is none (or it is not writable)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    root = Path("/sys/fs/cgroup")
+    candidates = []
+    for line in lines:
+        _, controllers, where = line.split(":", 2)
+        if "pids" in controllers.split(","):   # v1
+            candidates += [root / "pids" / where.lstrip("/"), root / controllers / where.lstrip("/")]
+        elif controllers == "" and (root / "cgroup.controllers").exists():   # v2, unified at the root
+            candidates.append(root / where.lstrip("/"))
+    for folder in candidates:
+        if (folder / "cgroup.procs").exists() and os.access(folder, os.W_OK):
+            probe = folder / f"bpq-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                ok = (probe / "pids.max").exists()
+            except OSError:
+                continue
+            _remove_cgroup(probe)
+            if ok:
+                return folder
+    return None
+
+
+def _remove_cgroup(path: Path, seconds: float = 10.0) -> None:
+    """Kill what is left in a cgroup and remove it (a cgroup is removed once it holds no process)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                log.warning("%s: could not remove the sandbox's cgroup", path)
+                return
+            time.sleep(0.02)
+
+
+def remove_tree(path: os.PathLike) -> None:
+    """Remove a folder whatever a program left in it: trees deeper than Python's recursion allows or than a
+    path may be long (``rm -rf`` works through them), folders without permissions. Never follows links."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    try:
+        shutil.rmtree(path)
+        return
+    except (OSError, RecursionError):
+        pass
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
 
 
 class Sandbox:
@@ -173,13 +312,22 @@ class Sandbox:
                 "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                 "--chdir", str(self._folder(cwd)), "--", *map(str, argv)]
 
-    def _limit(self) -> None:   # runs in the child between fork and exec
+    def _limit(self, cgroup: PidsCgroup) -> None:   # runs in the child between fork and exec
         os.setsid()
+        cgroup.join()
         lim = self.limits
         for name, value in ((resource.RLIMIT_CPU, lim.cpu_seconds), (resource.RLIMIT_AS, lim.address_space_bytes),
                             (resource.RLIMIT_FSIZE, lim.file_size_bytes), (resource.RLIMIT_NOFILE, lim.open_files),
                             (resource.RLIMIT_NPROC, lim.processes), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(name, (value, value))
+
+    @property
+    def process_limit(self) -> str:
+        """How :attr:`Limits.processes` is held here: ``"cgroup"``, ``"rlimit"`` (not root: RLIMIT_NPROC
+        applies) or ``"none"`` (root without a pids cgroup)."""
+        if _pids_hierarchy() is not None:
+            return "cgroup"
+        return "rlimit" if os.geteuid() != 0 else "none"
 
     def run(self, argv: Sequence[str], *, timeout: float, stdin: Union[bytes, IO[bytes], None] = None,
             cwd: Optional[os.PathLike] = None, binds: Sequence[Bind] = ()) -> Result:
@@ -190,29 +338,41 @@ class Sandbox:
         data = stdin if isinstance(stdin, bytes) else None
         out_path, err_path = self.workdir / ".sandbox-stdout", self.workdir / ".sandbox-stderr"
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        cgroup = PidsCgroup(self.limits.processes)
+        if cgroup.path is None and os.geteuid() == 0:
+            _warn_no_process_limit()
         start = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            source = subprocess.PIPE if data is not None else subprocess.DEVNULL if stdin is None else stdin
-            proc = subprocess.Popen(command, stdin=source,
-                                    stdout=out, stderr=err, cwd=self._folder(cwd), env=env, preexec_fn=self._limit,
-                                    close_fds=True)
-            timed_out = False
-            try:
-                if data is not None:
-                    proc.communicate(data, timeout=timeout)
-                else:
-                    proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(proc)
+        try:
+            with open(out_path, "wb") as out, open(err_path, "wb") as err:
+                source = subprocess.PIPE if data is not None else subprocess.DEVNULL if stdin is None else stdin
+                proc = subprocess.Popen(command, stdin=source, stdout=out, stderr=err, cwd=self._folder(cwd),
+                                        env=env, preexec_fn=functools.partial(self._limit, cgroup), close_fds=True)
+                timed_out = False
+                try:
+                    if data is not None:
+                        proc.communicate(data, timeout=timeout)
+                    else:
+                        proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                finally:
+                    _kill_group(proc)
+        finally:
+            cgroup.close()
         seconds = time.monotonic() - start
-        stdout, stderr = _read_cut(out_path, self.limits.output_bytes), _read_cut(err_path, self.limits.output_bytes)
+        (stdout, out_stream), (stderr, err_stream) = (_read_cut(out_path, self.limits.output_bytes),
+                                                      _read_cut(err_path, self.limits.output_bytes))
         code = proc.returncode
         killed = -code if code is not None and code < 0 else None
         if bubblewrap() is not None and code is not None and code > 128 and not timed_out:
             killed = code - 128   # bwrap reports a child killed by a signal as 128 + signal
-        return Result(None if killed else code, stdout, stderr, timed_out, killed, seconds)
+        return Result(None if killed else code, stdout, stderr, timed_out, killed, seconds, out_stream, err_stream)
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_no_process_limit() -> None:
+    log.warning("no pids cgroup can be made here and RLIMIT_NPROC does not hold root's processes: sandboxed "
+                "commands run without a process limit")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -226,15 +386,23 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _read_cut(path: Path, limit: int) -> bytes:
+def _read_cut(path: Path, limit: int) -> Tuple[bytes, Stream]:
+    """The first ``limit`` bytes of a command's output file (marked when cut) and the whole stream's size and
+    digest; the file is removed."""
+    digest, size, head = hashlib.sha256(), 0, b""
     try:
         with open(path, "rb") as f:
-            data = f.read(limit + 1)
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+                if size <= limit:
+                    head += chunk[:limit + 1 - size]
+                size += len(chunk)
     except OSError:
-        return b""
+        return b"", Stream()
     finally:
         path.unlink(missing_ok=True)
-    return data if len(data) <= limit else data[:limit] + b"\n[output cut]\n"
+    cut = head if len(head) <= limit else head[:limit] + b"\n[output cut]\n"
+    return cut, Stream(size, digest.hexdigest())
 
 
 def screen_assembly(assembly: str, *, max_bytes: Optional[int] = MAX_ASSEMBLY_BYTES) -> Optional[str]:
@@ -245,7 +413,10 @@ def screen_assembly(assembly: str, *, max_bytes: Optional[int] = MAX_ASSEMBLY_BY
         return f"the assembly is {size:,} bytes, more than the {max_bytes:,} allowed"
     found = FILE_DIRECTIVES.search(assembly)
     if found:
-        return f"the .{found.group(1).lower()} directive reads files and is not allowed"
+        directive = found.group(1).lower()
+        if directive in ("include", "incbin"):
+            return f"the .{directive} directive reads files and is not allowed"
+        return f"the .{directive} directive (macros, which can spell .include and .incbin) is not allowed"
     return None
 
 
@@ -273,4 +444,5 @@ def describe(result: Result) -> Tuple[str, str]:
         return "timeout", f"killed after {result.seconds:.1f} s"
     name = signal.Signals(result.signal).name if result.signal in signal.valid_signals() else "?"
     stderr = result.stderr[-500:].decode(errors="replace")
-    return "crash", f"killed by signal {result.signal} ({name}); stderr: {stderr!r}"
+    why = " (it wrote more than a run may write to one file or stream)" if result.signal == signal.SIGXFSZ else ""
+    return "crash", f"killed by signal {result.signal} ({name}){why}; stderr: {stderr!r}"
