@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Dict, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Type, TypeVar, Union
 
 from behavioral_pq.errors import ConfigError
 
@@ -114,3 +115,25 @@ def from_dict(cls: Type[T], data: Dict[str, Any], where: str = "") -> T:
         return cls(**data)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+
+
+def env_number(name: str, default: T, *, kind: Callable[[str], T] = float, minimum: float = 0,
+               allow_minimum: bool = True) -> T:
+    """The number in the environment variable ``name`` (``default`` when it is unset or empty), read with
+    ``kind`` (``int`` or ``float``): a finite number of at least ``minimum`` (above it when ``allow_minimum`` is
+    False). ConfigError naming the variable otherwise: ``nan`` would turn every comparison with it off, a
+    negative count would mean something else than asked."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    what = "a whole number" if kind is int else "a number"
+    bound = f"{'at least' if allow_minimum else 'greater than'} {minimum:g}"
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={text[:40]!r}: not {what} (it must be {bound})") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name}={text[:40]!r}: not a finite number (it must be {bound})")
+    if value < minimum or (value == minimum and not allow_minimum):
+        raise ConfigError(f"{name}={text[:40]!r}: out of range (it must be {bound})")
+    return value

@@ -732,8 +732,11 @@ def test_cli_compile_passes_flags_to_the_checked_program(tmp_path):
     assert subprocess.run([str(tmp_path / "flags"), "-n", "3", "-q"], capture_output=True, text=True).stdout == "21\n"
     proc = bpq("compile", str(source), "--run-args", "-n 3", "-o", str(tmp_path / "flags"))
     assert proc.returncode == 1 and "its -O0 reference build cannot serve as the check" in proc.stderr
-    # a lone program flag is read as bpq's own: the error says how to pass it
+    # one dashed value followed by an option is the program's (here too few arguments: the reference fails)
     proc = bpq("compile", str(source), "--run-args", "-q", "-o", str(tmp_path / "flags"))
+    assert proc.returncode == 1 and "its run with arguments -q killed by signal 6" in proc.stderr, proc.stderr
+    # a program flag followed by a plain word is read as bpq's own: the error says how to pass it
+    proc = bpq("compile", str(source), "--run-args", "-q", "3", "-o", str(tmp_path / "flags"))
     assert proc.returncode == 2 and "unrecognized arguments: -q" in proc.stderr
     assert "--run-args '-q'" in proc.stderr and "--run-args=-q" in proc.stderr
     proc = bpq("compile", str(source), "--frobnicate", "-o", str(tmp_path / "flags"))

@@ -32,7 +32,14 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from behavioral_pq.config import env_number
 from behavioral_pq.core._native_loader import native
+from behavioral_pq.core.catalog import (
+    QUOTED_PIPELINE_CHARS,
+    check_pipeline_elements,
+    check_pipeline_shape,
+    quote_pipeline,
+)
 from behavioral_pq.core._worker import HEADER, Sessions
 from behavioral_pq.errors import (
     BPQError,
@@ -53,13 +60,11 @@ _SLOT = 24  # bytes per thread slot: int64 module, int64 pipeline, int64 sequenc
 
 def default_workers() -> int:
     """Worker processes used when none are given: ``$BPQ_WORKERS`` or the CPUs this process may use."""
-    env = os.environ.get("BPQ_WORKERS")
-    if env:
-        return max(0, int(env))
     try:
-        return len(os.sched_getaffinity(0))
+        available = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        available = os.cpu_count() or 1
+    return env_number("BPQ_WORKERS", available, kind=int, minimum=0)
 
 
 _valid_pipelines: Dict[str, str] = {}
@@ -91,13 +96,32 @@ def _without_source_lines(message: str) -> str:
 
 
 def check_pipeline(pipeline: str) -> str:
-    """Return ``pipeline`` if LLVM parses it; raise PipelineError with LLVM's message otherwise."""
-    if pipeline not in _valid_pipelines:
+    """Return ``pipeline`` if LLVM parses it and it names only passes a raw pipeline may run; raise PipelineError
+    otherwise: LLVM's message for one it cannot parse, ours for one too long or deeply nested to hand to LLVM's
+    (recursive) parser or naming a pass that is not allowed (see :func:`~behavioral_pq.core.catalog.
+    check_pipeline_elements`: no pass that writes or reads files)."""
+    if not isinstance(pipeline, str) or pipeline not in _valid_pipelines:
+        check_pipeline_shape(pipeline)
         problem = native.check_pipeline(pipeline)
         if problem:
-            raise PipelineError(problem)
+            raise PipelineError(_bounded_message(problem, pipeline))
+        check_pipeline_elements(pipeline)
         _valid_pipelines[pipeline] = pipeline
     return pipeline
+
+
+_MAX_PIPELINE_MESSAGE = 1000
+
+
+def _bounded_message(message: str, pipeline: str) -> str:
+    """LLVM's message about ``pipeline`` on one line, quoting at most a part of the pipeline (LLVM quotes it
+    whole, and an element of it again)."""
+    if len(pipeline) > QUOTED_PIPELINE_CHARS:
+        message = message.replace(f"'{pipeline}'", quote_pipeline(pipeline)).replace(pipeline, "<the pipeline>")
+    message = message.replace("\n", "\\n")
+    if len(message) > _MAX_PIPELINE_MESSAGE:
+        message = f"{message[:_MAX_PIPELINE_MESSAGE]}... ({len(message):,} characters)"
+    return message
 
 
 @dataclass
@@ -273,9 +297,12 @@ class Engine:
         if self.workers < 0 or threads < 1:
             raise ValueError("workers must be >= 0 and threads >= 1")
         self.threads = int(threads)
-        self.timeout = float(os.environ.get("BPQ_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else float(timeout)
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
+        if timeout is None:
+            self.timeout = env_number("BPQ_TIMEOUT", DEFAULT_TIMEOUT, minimum=0, allow_minimum=False)
+        else:
+            self.timeout = float(timeout)
+            if not self.timeout > 0:   # nan too
+                raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self._pool: List[_Worker] = []
         self._lock = threading.Lock()
         self.restarts = 0  # workers replaced after a crash or timeout, for diagnostics

@@ -12,6 +12,7 @@ refers to them, so a kill between the two only repeats work, never loses it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -84,6 +85,9 @@ def _exit_with_parent(parent: int) -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
+        closing = threading.Thread(target=_close_task_engine, daemon=True)   # its worker's /dev/shm file too
+        closing.start()
+        closing.join(timeout=5.0)
         os._exit(1)
 
     threading.Thread(target=watch, name="bpq-exit-with-parent", daemon=True).start()
@@ -124,9 +128,21 @@ def _task_engine(timeout: float):
 
     engine = _task_state.get("engine")
     if engine is None or engine.timeout != timeout:
+        _close_task_engine()
+        if not _task_state.get("close_at_exit"):
+            atexit.register(_close_task_engine)
+            _task_state["close_at_exit"] = True
         engine = Engine(workers=1, threads=1, timeout=timeout)
         _task_state["engine"] = engine
     return engine
+
+
+def _close_task_engine() -> None:
+    """Stop this executor process's engine, at its exit or before another replaces it: its worker's progress
+    file in /dev/shm (``bpq-progress-*``) is removed only by a close, and would outlive the process otherwise."""
+    engine = _task_state.pop("engine", None)
+    if engine is not None:
+        engine.close()
 
 
 def _known(store_path: str, table: str) -> Set[str]:

@@ -173,6 +173,9 @@ class Corpus:
         for batch in self.store.iter_batches("modules", ["sha256", "autophase"]):
             for sha, row in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 if wanted is None or sha in wanted:
+                    if row is None or len(row) != 56:
+                        raise CorpusError(f"{self.path}: module {sha[:12]} has {0 if row is None else len(row)} "
+                                          "Autophase values, not 56 (a corrupt modules shard)")
                     before[sha] = np.asarray(row, dtype=np.int32)
         p = probe_set.num_probes
         for batch in self.store.iter_batches("spectra", ["sha256", "status", "autophase_after"],
@@ -180,6 +183,10 @@ class Corpus:
             order, after = [], []
             for sha, status, blob in zip(*(c.to_pylist() for c in batch.columns)):
                 if status == "ok" and sha in before:
+                    if blob is None or len(blob) != p * 56 * 4:
+                        raise CorpusError(f"{self.path}: the stored spectrum of module {sha[:12]} holds "
+                                          f"{0 if blob is None else len(blob)} bytes, {p} probes take {p * 56 * 4} "
+                                          f"(a corrupt spectra shard of probe set {probe_set.hash[:12]})")
                     order.append(sha)
                     after.append(np.frombuffer(blob, dtype="<i4").reshape(p, 56))
             if order:

@@ -14,14 +14,21 @@ manifest lists it; the rename and the manifest update happen together under an e
 manifest is replaced atomically, so a killed writer leaves at most a temporary file behind and two writers never
 lose each other's shards. Readers deduplicate by key (the first shard wins), so work done twice by two concurrent
 builds is stored harmlessly and read once.
+
+The folder is not trusted: before a shard's values are decoded, its columns are checked against its table's schema
+and its Parquet metadata against its size (a few KB may not claim hundreds of MiB, see ``SHARD_EXPANSION``); a
+writer refuses a store whose folders are links, and removes only the temporary files it names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import re
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -83,6 +90,47 @@ SPECTRA_SCHEMA = pa.schema([
 SPLITS_SCHEMA = pa.schema([("sha256", pa.string()), ("group", pa.string()), ("split", pa.string())])
 SCHEMAS = {"inputs": INPUTS_SCHEMA, "modules": MODULES_SCHEMA, "labels": LABELS_SCHEMA, "spectra": SPECTRA_SCHEMA}
 KEYS = {"inputs": "key", "modules": "sha256", "labels": "sha256", "spectra": "sha256"}
+
+#: Folders a writer puts files in: each must be a real folder, never a link (a link would send shards elsewhere).
+FOLDERS = ("tmp", *SCHEMAS, "data-units")
+#: What a shard may decompress to, from its Parquet metadata, before anything is read: at most this many times its
+#: size on disk, or this floor for small shards. zstd gives 2-5x on bitcode and tens on the tables of counts; a
+#: 10 KB shard holding one 512 MiB value of zeros claims 50,000x.
+SHARD_EXPANSION = 1000
+SHARD_EXPANSION_FLOOR = 64 << 20
+#: A temporary file of a writer (append, write_splits, check_writable): ``tmp/w-<pid>-<12 hex>.parquet|.probe``.
+_TEMPORARY = re.compile(r"w-(?P<pid>[0-9]+)-[0-9a-f]{12}\.(?:parquet|probe)")
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _same_type(found: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a column read back has the type written (list field names differ between Parquet writers)."""
+    if pa.types.is_list(expected):
+        return pa.types.is_list(found) and _same_type(found.value_type, expected.value_type)
+    return found == expected
+
+
+def check_shard_file(path: Path, shard: pq.ParquetFile, schema: pa.Schema, what: str) -> None:
+    """CorpusError naming ``path`` when the Parquet file ``shard`` lacks a column of ``schema`` or has it with
+    another type, or when its metadata says it decompresses to more than its size allows (see
+    :data:`SHARD_EXPANSION`); only the footer is read."""
+    found = shard.schema_arrow
+    for field in schema:
+        index = found.get_field_index(field.name)
+        if index < 0:
+            raise CorpusError(f"{path}: {what} of another schema (no column {field.name!r}; "
+                              f"expected {', '.join(schema.names)})")
+        if not _same_type(found.field(index).type, field.type):
+            raise CorpusError(f"{path}: {what} of another schema (column {field.name!r} is "
+                              f"{found.field(index).type}, expected {field.type})")
+    metadata = shard.metadata
+    expanded = sum(metadata.row_group(g).column(c).total_uncompressed_size
+                   for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
+    size = path.stat().st_size
+    limit = max(SHARD_EXPANSION_FLOOR, SHARD_EXPANSION * size)
+    if expanded > limit:
+        raise CorpusError(f"{path}: {what} would decompress to {expanded} bytes from {size} (more than "
+                          f"{limit}); refused")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -146,13 +194,14 @@ class CorpusStore:
         return self.manifest
 
     def check_writable(self) -> None:
-        """Raise CorpusError if this store was made with another LLVM major version than the native core, or if
-        its directory cannot be written (read-only file system, permissions, a full disk): a job learns that
-        before it computes anything."""
+        """Raise CorpusError if this store was made with another LLVM major version than the native core, if one
+        of its folders is a link (or not a folder), or if its directory cannot be written (read-only file system,
+        permissions, a full disk): a job learns that before it computes anything."""
         major = self.manifest.get("llvm_major")
         if major != LLVM_MAJOR:
             raise CorpusError(f"{self.path}: store built with LLVM {self.manifest.get('llvm_version')}, "
                               f"this build of behavioral_pq uses LLVM {LLVM_VERSION}; use a new store")
+        self.check_folders()
         probe = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.probe"
         try:
             probe.parent.mkdir(exist_ok=True)
@@ -169,6 +218,29 @@ class CorpusStore:
             with contextlib.suppress(OSError):
                 probe.unlink(missing_ok=True)
 
+    def check_folders(self) -> None:
+        """CorpusError naming the folder when one of the folders writers use (``tmp``, a table's, a probe set's
+        under ``spectra``, ``data-units``) is a symbolic link or not a folder: shards and temporary files would
+        be written, and temporary files removed, wherever it leads."""
+        def check(path: Path) -> bool:
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise CorpusError(f"{path}: unreadable store folder ({exc.strerror or exc})") from None
+            if stat.S_ISLNK(mode):
+                raise CorpusError(f"{path}: a symbolic link where the store needs a real folder; refused")
+            if not stat.S_ISDIR(mode):
+                raise CorpusError(f"{path}: not a folder, where the store needs one; refused")
+            return True
+
+        for name in FOLDERS:
+            if check(self.path / name) and name == "spectra":
+                with os.scandir(self.path / name) as entries:
+                    for entry in entries:
+                        check(Path(entry.path))
+
     @contextlib.contextmanager
     def _locked(self):
         with open(self.path / ".lock", "a+") as lock:
@@ -179,19 +251,33 @@ class CorpusStore:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def clean_temporary(self) -> int:
-        """Remove temporary shard files left by writers that no longer run; returns how many."""
-        removed = 0
-        tmp_dir = self.path / "tmp"
-        if not tmp_dir.exists():
+        """Remove temporary files left in ``tmp/`` by writers that no longer run; returns how many.
+
+        Only names a writer gives (``w-<pid>-<12 hex>.parquet`` or ``.probe``) are removed, and only when that
+        process is gone; ``tmp`` is opened without following a link (a link or a file there is left alone), and
+        each name is removed in it, never through a link."""
+        try:
+            folder = os.open(self.path / "tmp", _FOLDER_FLAGS)
+        except FileNotFoundError:
             return 0
-        for f in tmp_dir.iterdir():
-            try:
-                pid = int(f.name.split("-")[1])
-            except (IndexError, ValueError):
-                continue
-            if not _pid_alive(pid):
-                f.unlink(missing_ok=True)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                logger.warning("%s: not a folder (a link or a file); no temporary file removed", self.path / "tmp")
+                return 0
+            raise CorpusError(f"{self.path / 'tmp'}: unreadable ({exc.strerror or exc})") from None
+        removed = 0
+        try:
+            for name in os.listdir(folder):
+                match = _TEMPORARY.fullmatch(name)
+                if match is None or _pid_alive(int(match.group("pid"))):
+                    continue
+                try:
+                    os.unlink(name, dir_fd=folder)
+                except (FileNotFoundError, IsADirectoryError, PermissionError):
+                    continue
                 removed += 1
+        finally:
+            os.close(folder)
         return removed
 
     # -- writing -------------------------------------------------------------------------------------------
@@ -211,6 +297,7 @@ class CorpusStore:
         name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
         relative = Path(table, probe_set, name) if probe_set else Path(table, name)
         tmp = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+        self.check_folders()
         try:
             tmp.parent.mkdir(exist_ok=True)
             pq.write_table(rows, tmp, compression="zstd", row_group_size=4096)
@@ -274,10 +361,18 @@ class CorpusStore:
             if sha256_file(path) != entry["sha256"]:
                 raise CorpusError(f"{path}: shard checksum does not match the manifest (corrupt)")
             self._verified.add(entry["path"])
+        table = entry.get("table")
+        if table not in SCHEMAS:
+            raise CorpusError(f"{path}: the manifest lists it in an unknown table {str(table)[:40]!r}")
         try:
-            return pq.ParquetFile(path)
+            shard = pq.ParquetFile(path)
+            check_shard_file(path, shard, SCHEMAS[table], f"{table} shard")
         except (pa.ArrowException, OSError) as exc:
             raise CorpusError(f"{path}: unreadable shard ({exc})") from None
+        if shard.metadata.num_rows != entry.get("rows"):
+            raise CorpusError(f"{path}: shard holds {shard.metadata.num_rows} rows, the manifest says "
+                              f"{entry.get('rows')}")
+        return shard
 
     def read_shard(self, entry: dict, columns: Optional[Sequence[str]] = None, *, verify: bool = True) -> pa.Table:
         """One shard (a manifest entry) as a table, without deduplication."""
@@ -355,13 +450,18 @@ class CorpusStore:
         path = confined(self.path, info["path"], CorpusError)
         if not path.exists() or sha256_file(path) != info["sha256"]:
             raise CorpusError(f"{path}: splits file is missing or does not match the manifest")
-        table = pq.read_table(path, columns=["sha256", column])
+        try:
+            check_shard_file(path, pq.ParquetFile(path), SPLITS_SCHEMA, "splits file")
+            table = pq.read_table(path, columns=["sha256", column])
+        except (pa.ArrowException, OSError) as exc:
+            raise CorpusError(f"{path}: unreadable splits file ({exc})") from None
         return dict(zip(table.column("sha256").to_pylist(), table.column(column).to_pylist()))
 
     def write_splits(self, rows: pa.Table, info: dict) -> None:
         """Replace the store's split assignment (rows: sha256, group, split) and record ``info``."""
         rows = rows.cast(SPLITS_SCHEMA)
         tmp = self.path / "tmp" / f"w-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+        self.check_folders()
         try:
             tmp.parent.mkdir(exist_ok=True)
             pq.write_table(rows, tmp, compression="zstd")

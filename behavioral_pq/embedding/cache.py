@@ -12,7 +12,9 @@ The folder is not trusted: entries and their 2-character subfolders are opened w
 entry must be a regular file no larger than its rows need, and an entry that is anything else (a link, a FIFO, a
 folder, an empty, short, oversized or corrupt file) is removed and its module measured again. A subfolder that is
 not a real folder (a link, a file) is read as empty and replaced by a new folder on the next write; links are
-never followed, so neither reads, writes, time stamps nor pruning reach outside the cache.
+never followed, so neither reads, writes, time stamps nor pruning reach outside the cache. Pruning removes only
+names the cache gives (``<key>.npy`` in the subfolder of the key's first two hex digits, and its own temporaries):
+other files in the folder, even in a 2-character subfolder, are never counted nor removed.
 
 Where: ``$BPQ_CACHE_DIR``, else ``$XDG_CACHE_HOME/behavioral_pq/spectra``, else
 ``~/.cache/behavioral_pq/spectra``. Bound: ``$BPQ_CACHE_MAX_MB`` (default 512). Off: ``BPQ_NO_CACHE=1``, the
@@ -26,6 +28,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import stat
 import uuid
 from io import BytesIO
@@ -34,6 +37,7 @@ from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
+from behavioral_pq.config import env_number
 from behavioral_pq.core._native_loader import LLVM_VERSION
 from behavioral_pq.core.catalog import CATALOG_VERSION
 
@@ -44,6 +48,18 @@ _PRUNE_EVERY = 64   # puts between two size checks of the folder
 _HEADER_ROOM = 4096   # bytes an entry may hold besides its rows (the .npy header: 128 bytes as numpy writes it)
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ENTRY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC   # NONBLOCK: a FIFO does not hang
+
+
+_SUBFOLDER = re.compile(r"[0-9a-f]{2}")
+_ENTRY = re.compile(r"(?P<key>[0-9a-f]{64})\.npy")
+_TEMPORARY = re.compile(r"\.(?P<key>[0-9a-f]{64})\.npy\.[0-9]+-[0-9a-f]{10}\.tmp")   # as SpectrumCache._write names it
+
+
+def _owned(folder: str, name: str) -> bool:
+    """Whether ``name`` in the subfolder ``folder`` is a name the cache gives: an entry or a temporary of a key
+    that starts with ``folder``."""
+    match = _ENTRY.fullmatch(name) or _TEMPORARY.fullmatch(name)
+    return match is not None and match.group("key")[:2] == folder
 
 
 def cache_directory() -> Path:
@@ -70,7 +86,8 @@ class SpectrumCache:
     def __init__(self, directory: Optional[os.PathLike] = None, max_bytes: Optional[int] = None):
         self.directory = Path(directory) if directory is not None else cache_directory()
         if max_bytes is None:
-            max_bytes = int(float(os.environ.get("BPQ_CACHE_MAX_MB", DEFAULT_MAX_MB)) * (1 << 20))
+            max_mb = env_number("BPQ_CACHE_MAX_MB", float(DEFAULT_MAX_MB), minimum=0, allow_minimum=False)
+            max_bytes = max(1, int(max_mb * (1 << 20)))
         if max_bytes <= 0:
             raise ValueError(f"the cache bound must be positive, got {max_bytes} bytes")
         self.max_bytes = max_bytes
@@ -222,16 +239,18 @@ class SpectrumCache:
             raise
 
     def _entries(self) -> Iterator[Tuple[os.stat_result, Path]]:
-        """(lstat, path) of every file in the real subfolders: entries, and temporaries a killed writer left;
-        links are listed, never followed."""
+        """(lstat, path) of every file the cache named in its real subfolders: entries (``<key>.npy``), and
+        temporaries a killed writer left. Nothing else is listed (so nothing else is ever pruned: the folder may
+        be shared with other files); links are listed, never followed."""
         try:
-            folders = [f for f in os.scandir(self.directory) if len(f.name) == 2 and f.is_dir(follow_symlinks=False)]
+            with os.scandir(self.directory) as top:
+                folders = [f for f in top if _SUBFOLDER.fullmatch(f.name) and f.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return
         for folder in folders:
             try:
                 with os.scandir(folder.path) as entries:
-                    found = [e for e in entries if not e.is_dir(follow_symlinks=False)]
+                    found = [e for e in entries if _owned(folder.name, e.name) and not e.is_dir(follow_symlinks=False)]
             except OSError:   # removed or replaced meanwhile
                 continue
             for entry in found:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.toolchain import find_tool, run_tool
+from behavioral_pq.errors import BPQError
 
 #: Modules above this many IR instructions are sampled when large-module mode is on (``embed``'s default). A
 #: 40,000-instruction module took about 40 s whole with the first encoder's 100 probes on 2 cores.
@@ -37,6 +39,7 @@ _DEFINE = re.compile(r'^define\s+(?P<head>[^@]*)@(?P<name>"(?:[^"\\]|\\.)*"|[-\w
 _REFERENCE = re.compile(r'@("(?:[^"\\]|\\.)*"|[-\w$.]+)')
 _LABEL = re.compile(r'^(?:[-\w.$]+|"(?:[^"\\]|\\.)*"):')
 _LOCAL = ("internal ", "private ")
+_GLOBAL = re.compile(r'^@(?:"(?:[^"\\]|\\.)*"|[-\w$.]+)\s*=(?P<rest>[^\n]*)', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,17 @@ def _functions(text: str) -> Dict[str, Tuple[int, bool, Set[str]]]:
     return out
 
 
+def _has_global_variable(text: str) -> bool:
+    """Whether IR text defines or declares a global variable (an alias or an ifunc is not one)."""
+    for match in _GLOBAL.finditer(text):
+        for word in match.group("rest").split():
+            if word in ("global", "constant"):
+                return True
+            if word in ("alias", "ifunc"):
+                break
+    return False
+
+
 def _closure(root: str, functions: Dict[str, Tuple[int, bool, Set[str]]]) -> List[str]:
     """``root`` and the local defined functions it reaches."""
     seen, stack = [root], [root]
@@ -100,8 +114,15 @@ def _closure(root: str, functions: Dict[str, Tuple[int, bool, Set[str]]]) -> Lis
 
 def sample_functions(module: Module, budget: int = SAMPLE_BUDGET) -> FunctionSample:
     """The deterministic function sample of ``module`` within about ``budget`` instructions (see the module
-    docstring). A module with no externally visible defined function is returned whole."""
-    functions = _functions(module.text())
+    docstring). A module with no externally visible defined function is returned whole.
+
+    Raises:
+        ToolError: llvm-extract failed; a UserWarning says so first, since the caller
+            (:func:`~behavioral_pq.embedding.spectrum.spectra`) then measures the module whole and a log line
+            alone would not reach a user of the CLI.
+    """
+    text = module.text()
+    functions = _functions(text)
     total = sum(f[0] for f in functions.values())
     roots = sorted((n for n, f in functions.items() if not f[1]),
                    key=lambda n: hashlib.sha256(f"{module.sha256}:{n}".encode()).digest())
@@ -118,8 +139,16 @@ def sample_functions(module: Module, budget: int = SAMPLE_BUDGET) -> FunctionSam
             break
     if not kept or len(kept) == len(functions):
         return FunctionSample(module, len(functions), len(functions), total, total)
-    argv = [find_tool("llvm-extract"), "--rglob=.*", "--keep-const-init", "-o", "-", "-"]
+    # --rglob keeps every global variable for the kept functions; llvm-extract refuses a pattern that matches
+    # none, so it is passed only to a module that has one.
+    argv = [find_tool("llvm-extract"), *(["--rglob=.*"] if _has_global_variable(text) else []),
+            "--keep-const-init", "-o", "-", "-"]
     argv[1:1] = ["--func=" + (name[1:-1] if name.startswith('"') else name) for name in kept]
-    extracted = run_tool(argv, input=module.bitcode, timeout=300).stdout
+    try:
+        extracted = run_tool(argv, input=module.bitcode, timeout=300).stdout
+    except BPQError as exc:
+        warnings.warn(f"{module.name}: no function sample, the module is measured whole "
+                      f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", stacklevel=2)
+        raise
     sample = Module(extracted, name=f"{module.name}[sample]", source=module.source)
     return FunctionSample(sample, len(kept), len(functions), sample.instruction_count, total)
