@@ -9,15 +9,19 @@ list, and the programs Csmith failed to produce. Build them with the include dir
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
+import stat
 from pathlib import Path
 from typing import List, Sequence
 
 from behavioral_pq.artifacts import write_bytes_atomic, write_json_atomic
 from behavioral_pq.core.toolchain import run_tool
 from behavioral_pq.errors import CorpusError, ToolError, ToolNotFoundError, ToolTimeoutError
+
+logger = logging.getLogger(__name__)
 
 #: Where Debian's libcsmith-dev puts csmith.h.
 CSMITH_INCLUDE = "/usr/include/csmith"
@@ -54,13 +58,34 @@ def _options(rng: random.Random) -> List[str]:
             "--max-expr-complexity", str(rng.randint(2, 10)), "--max-array-dim", str(rng.randint(1, 3))]
 
 
+def _kept(path: Path) -> bool:
+    """Whether ``path`` holds a program written before (a regular file, not a link: it is kept); False when it is
+    to be written (absent, or a symbolic link, which is replaced, never followed). CorpusError for anything else."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(mode):
+        logger.warning("%s: a symbolic link where a Csmith program goes; replaced by the program", path)
+        return False
+    if not stat.S_ISREG(mode):
+        raise CorpusError(f"{path}: is not a regular file (a folder, FIFO, device or socket) where a Csmith program "
+                          "goes; remove it")
+    return True
+
+
 def generate_csmith(count: int, out: os.PathLike, *, seed: int = 0, timeout: float = 30.0,
                     progress: bool = False) -> dict:
     """Write ``count`` Csmith programs ``csmith-<seed>-<i>.c`` into ``out``; skip files already there.
 
+    Only a regular file is kept as Csmith's program: a symbolic link at a program's name is replaced by the
+    program (never followed), and anything else there (a FIFO, a device, a folder) is refused.
+
     Returns:
         the record written to ``out/csmith.json``: version, seed, programs (file, csmith seed, options) and
         failures (Csmith runs that timed out or failed).
+    Raises:
+        CorpusError: a program's name in ``out`` is taken by something else than a regular file or a link.
     """
     if count < 0:
         raise ValueError("count must be >= 0")
@@ -77,7 +102,7 @@ def generate_csmith(count: int, out: os.PathLike, *, seed: int = 0, timeout: flo
         name = f"csmith-{seed}-{i:06d}.c"
         entry = {"file": name, "csmith_seed": program_seed, "options": options}
         path = out / name
-        if not path.exists():
+        if not _kept(path):
             try:
                 text = csmith_program(program_seed, options, timeout=timeout)
             except (ToolError, ToolTimeoutError) as exc:

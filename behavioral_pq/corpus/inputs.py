@@ -14,15 +14,17 @@ import logging
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from behavioral_pq.artifacts import read_json_bounded
-from behavioral_pq.core.module import Module, load_module
+from behavioral_pq.config import read_bounded
+from behavioral_pq.core.module import IR_FILE_LIMIT, Module, load_module
 from behavioral_pq.core.toolchain import C_SUFFIXES, CXX_SUFFIXES, compile_to_bitcode, link_bitcode
 from behavioral_pq.corpus.buckets import project_origin
-from behavioral_pq.errors import CompileCommandsError
+from behavioral_pq.errors import CompileCommandsError, CompileError
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +67,34 @@ def _digest(parts: Iterable[bytes]) -> str:
 def make_item(sources: Sequence[Path], *, language: Optional[str], flags: Sequence[str], cwd: Optional[str],
               origin: str, group: str) -> InputItem:
     """An InputItem whose key covers the files' paths and contents, the language and the flags. A file that does
-    not exist (a generated source a build did not make) keys as missing: compiling it then fails as that item's
-    own failure, and once the file exists the item is new."""
+    not exist (a generated source a build did not make) or is not a regular file (a FIFO is never opened) keys as
+    missing: compiling it then fails as that item's own failure, and once the file exists the item is new."""
     paths = tuple(str(Path(s).resolve()) for s in sources)
     parts: List[bytes] = [b"bpq-input-1", (language or "").encode(), (cwd or "").encode()]
     parts += [f.encode() for f in flags]
     for p in paths:
         parts.append(p.encode())
-        parts.append(Path(p).read_bytes() if Path(p).is_file() else b"\0bpq: missing file")
+        try:
+            parts.append(read_bounded(p, limit=IR_FILE_LIMIT, what="source", error=OSError))
+        except OSError:
+            parts.append(b"\0bpq: missing file")
     return InputItem(_digest(parts), paths, language, tuple(flags), cwd, origin, group)
+
+
+def _special_file(path: Path) -> Optional[str]:
+    """What ``path`` is when it exists but is not a regular file or a folder (a link is followed): ``"a FIFO"``,
+    ``"a device"``, ``"a socket"``; None otherwise (a missing file or a broken link included)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
 def _group_of(relative: str, regex: Optional[re.Pattern]) -> str:
@@ -99,8 +120,12 @@ def discover(sources: Sequence[os.PathLike], *, per: str = "file", language: Opt
         group_regex: regular expression applied to a file's path relative to its source argument; its first
             capture group (or the whole match) names the program group. Default: the relative path itself.
 
+    A file under a directory that is not a regular file (a FIFO, a device, a socket) is yielded all the same and
+    never opened: :func:`load_bitcode` refuses it, so a corpus build records it as a failed row.
+
     Raises:
-        FileNotFoundError: a source does not exist. ValueError: bad ``per`` or ``group_regex``.
+        FileNotFoundError: a source does not exist. ValueError: bad ``per`` or ``group_regex``, or a source that
+        is neither a regular file nor a directory.
     """
     if per not in GROUPINGS:
         raise ValueError(f"per must be one of {GROUPINGS}, not {per!r}")
@@ -110,6 +135,9 @@ def discover(sources: Sequence[os.PathLike], *, per: str = "file", language: Opt
         root = Path(source)
         if not root.exists():
             raise FileNotFoundError(f"no such file or directory: {root}")
+        kind = _special_file(root)
+        if kind is not None:
+            raise ValueError(f"{root}: is {kind}, not a source file or a directory; not read")
         label = origin or root.resolve().name
         if root.is_file():
             yield make_item([root], language=language, flags=all_flags, cwd=None, origin=label,
@@ -516,13 +544,17 @@ def load_bitcode(item: InputItem, *, timeout: float = 120.0) -> bytes:
     """Raw bitcode (or IR text) of an input item: compiled with clang-19 and, for several files, linked.
 
     Raises:
-        CompileError: clang or llvm-link failed (stderr included). ToolTimeoutError: past ``timeout``.
+        CompileError: clang or llvm-link failed (stderr included), or a source is not a regular file (a FIFO, a
+            device: never opened). ToolTimeoutError: past ``timeout``.
     """
     units: List[bytes] = []
     for source in item.sources:
         path = Path(source)
+        kind = _special_file(path)
+        if kind is not None:
+            raise CompileError(f"{path}: is {kind}, not a regular file; not compiled")
         if path.suffix in IR_SUFFIXES and item.language is None:
-            units.append(path.read_bytes())
+            units.append(read_bounded(path, limit=IR_FILE_LIMIT, what="IR file", error=CompileError))
         else:
             units.append(compile_to_bitcode(path, language=item.language, flags=item.flags, timeout=timeout,
                                             cwd=item.cwd))

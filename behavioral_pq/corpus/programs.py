@@ -216,8 +216,8 @@ def program_items(store: os.PathLike, project: str, units_dir: Optional[os.PathL
         paths = []
         for unit in program.units:
             path = folder / f"{unit.sha256}.bc"
-            if not path.is_file() or path.stat().st_size != len(bitcode[unit.sha256]):
-                write_bytes_atomic(path, bitcode[unit.sha256])
+            if path.is_symlink() or not path.is_file() or path.stat().st_size != len(bitcode[unit.sha256]):
+                write_bytes_atomic(path, bitcode[unit.sha256])   # a link planted there is replaced, not followed
             paths.append(path)
         items.append(make_item(paths, language=None, flags=(), cwd=None, origin=project_origin(project),
                                group=group))

@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence, Union
 
 from behavioral_pq.core.module import load_module
 from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
+from behavioral_pq.corpus.inputs import recorded_flags
 from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark
 from behavioral_pq.errors import (
     CompileError,
@@ -165,11 +166,20 @@ _SOURCE_TYPES = (".c", ".cc", ".cpp", ".cxx", ".C")
 
 def make_benchmark_from_command_line(cmd: Union[str, Sequence[str]], replace_driver: bool = True,
                                      system_includes: bool = True, timeout: int = 600,
-                                     engine=None) -> BenchmarkFromCommandLine:
+                                     engine=None, *, allow_plugins: bool = False) -> BenchmarkFromCommandLine:
     """A benchmark from a compiler command line (``gcc -DNDEBUG a.c b.c -o foo -lm``): each source compiled to
     bitcode with the command's own flags (clang-19 replaces the driver unless ``replace_driver`` is False),
-    linked into one module; ``.o`` inputs are kept for :meth:`BenchmarkFromCommandLine.compile`. ValueError for
-    an empty or too short command, one that reads stdin or has no source."""
+    linked into one module; ``.o`` inputs are kept for :meth:`BenchmarkFromCommandLine.compile`.
+
+    The command's flags are screened as a compile database's are
+    (:func:`~behavioral_pq.corpus.inputs.recorded_flags`): one that could load code into clang (``-fplugin=``,
+    ``-Xclang -load``), run other programs, read flags from a file or write files, or any flag not known to be
+    safe, refuses the command before anything is compiled; ``allow_plugins=True`` takes every flag, for a command
+    you trust.
+
+    Raises:
+        ValueError: an empty or too short command, one that reads stdin, has no source, or has a refused flag.
+    """
     if not cmd:
         raise ValueError("Input command line is empty")
     argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
@@ -196,6 +206,14 @@ def make_benchmark_from_command_line(cmd: Union[str, Sequence[str]], replace_dri
             flags.append(arg)
     if not sources:
         raise ValueError(f"Input command line has no source file inputs: '{shlex.join(argv)}'")
+    if not allow_plugins:
+        refused = dict(pair for source in sources for pair in recorded_flags(argv, source).refused)
+        if refused:
+            named = "; ".join(f"{flag!r}: it {reason}" for flag, reason in list(refused.items())[:4])
+            more = f"; and {len(refused) - 4} more" if len(refused) > 4 else ""
+            raise ValueError(f"Input command line has a refused flag {named}{more}. Nothing was compiled: only "
+                             "flags known to be safe are taken from a command line (allow_plugins=True takes them "
+                             "all, for a command you trust)")
     units = [ClangInvocation([*LEGACY_C_FLAGS, "-O1", "-Xclang", "-disable-llvm-passes", *flags, source],
                              system_includes=system_includes, timeout=timeout).run() for source in sources]
     module = load_module(link_bitcode(units, timeout=timeout), name=Path(sources[0]).stem, engine=engine)

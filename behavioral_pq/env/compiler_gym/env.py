@@ -22,6 +22,7 @@ import numpy as np
 
 from behavioral_pq._version import __version__
 from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.files import check_output_file, write_bytes_atomic, write_text_atomic
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.toolchain import llvm_tool_version
 from behavioral_pq.env.compiler_gym.benchmarks import make_benchmark, make_benchmark_from_command_line
@@ -585,15 +586,21 @@ class LlvmEnv(CompilerEnv):
     def ir_sha1(self) -> str:
         return self.observation["IrSha1"]
 
-    def write_ir(self, path: Union[str, Path]) -> Path:
+    def write_ir(self, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+        """Write the current module's IR text to ``path``, all at once. A FIFO, a device or a folder there is
+        refused, and so is a symbolic link unless ``overwrite`` (then its target is written); see
+        :func:`~behavioral_pq.core.files.check_output_file`. Returns ``path``."""
         path = Path(path).expanduser()
-        path.write_text(self.ir)
+        target = check_output_file(path, overwrite=overwrite)
+        write_text_atomic(target, self.ir)
         return path
 
-    def write_bitcode(self, path: Union[str, Path]) -> Path:
+    def write_bitcode(self, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+        """Write the current module's bitcode to ``path``, checked and written as :meth:`write_ir`."""
         path = Path(path).expanduser()
         self._require_episode()
-        path.write_bytes(self._core._module.bitcode)
+        target = check_output_file(path, overwrite=overwrite)
+        write_bytes_atomic(target, self._core._module.bitcode)
         return path
 
     def make_benchmark(self, inputs, copt: Optional[List[str]] = None, system_includes: bool = True,
@@ -603,10 +610,12 @@ class LlvmEnv(CompilerEnv):
                               engine=self._core.engine)
 
     def make_benchmark_from_command_line(self, cmd: Union[str, List[str]], replace_driver: bool = True,
-                                         system_includes: bool = True, timeout: int = 600):
+                                         system_includes: bool = True, timeout: int = 600, *,
+                                         allow_plugins: bool = False):
         """See :func:`~behavioral_pq.env.compiler_gym.benchmarks.make_benchmark_from_command_line`."""
         return make_benchmark_from_command_line(cmd, replace_driver=replace_driver, system_includes=system_includes,
-                                                timeout=timeout, engine=self._core.engine)
+                                                timeout=timeout, engine=self._core.engine,
+                                                allow_plugins=allow_plugins)
 
     # -- internals -----------------------------------------------------------------------------------------------
 

@@ -1,15 +1,24 @@
 """The program library: training programs' embeddings in a FAISS index and, per program, the instruction
 counts of good pipelines found for it offline; saved as a versioned, sealed folder.
+
+A library saved back to the folder it was loaded from (``bpq optimize --auto --learn --library DIR``, ``bpq library
+coreset``) is merged, not overwritten: under an exclusive ``flock`` on ``.NAME.lock`` beside the folder (the
+folder itself is replaced whole, so a lock inside it would not hold), the folder is read again and merged with
+what this copy holds. Two runs learning at once keep both programs.
 """
 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import math
 import os
 import random
+import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -18,6 +27,7 @@ import numpy as np
 
 from behavioral_pq.artifacts import (
     LISTING_LIMIT,
+    WEIGHTS_LIMIT,
     atomic_path,
     check_encoder,
     check_files,
@@ -28,6 +38,7 @@ from behavioral_pq.artifacts import (
     versions,
     with_pooling_of,
 )
+from behavioral_pq.config import read_bounded
 from behavioral_pq.core.catalog import BASELINES, OZ_LIKE_ORDER, PASSES, get_pass
 from behavioral_pq.embedding.encoder import load_encoder, shipped
 from behavioral_pq.errors import BPQError, LibraryError
@@ -151,6 +162,14 @@ class ProgramLibrary:
         self._by_program = {p.program: i for i, p in enumerate(programs)}
         self._index = None
         self.path: Optional[Path] = None  # the folder it was loaded from or saved to
+        self._mark_saved()
+
+    def _mark_saved(self) -> None:
+        """Remember the state as loaded or saved: saving back to the folder merges what changed since."""
+        self._learned: set = set()          # programs learn() took in since
+        self._saved_revision = self.revision
+        self._saved_coreset: List[Steps] = list(self.coreset)
+        self._saved_settings = json.loads(json.dumps(self.settings))
 
     def __len__(self) -> int:
         return len(self.programs)
@@ -215,6 +234,7 @@ class ProgramLibrary:
         and the ``keep`` best others are kept. Returns True when the program's target (best pipeline) improved
         or the program is new; the revision then goes up.
         """
+        self._learned.add(program)
         i = self._by_program.get(program)
         if i is None:
             entry = LibraryProgram(program, name, int(instruction_count), int(oz_count), {})
@@ -239,12 +259,77 @@ class ProgramLibrary:
 
     def save(self, path: Union[str, os.PathLike], *, overwrite: bool = False) -> Path:
         """Write the library folder (``library.json`` + ``index.faiss``), replacing ``path`` once complete (a
-        folder that holds something else than a program library is refused unless ``overwrite``)."""
-        import faiss
+        folder that holds something else than a program library is refused unless ``overwrite``).
 
+        Saved back to the folder it was loaded from or last saved to, the library is merged, not overwritten: under
+        an exclusive lock (``.NAME.lock`` beside the folder), the library there now is read again and merged with
+        this copy (every program of either, the lower count of each pipeline; see :meth:`_merge_saved`), and that
+        is written; this copy then holds it too. So concurrent learners lose nothing.
+
+        Raises:
+            LibraryError: ``path`` holds something else than a library (without ``overwrite``), or, saving back,
+                it now holds a library of another encoder or objective.
+        """
         check_replaceable(path, config="library.json", format=FORMAT, overwrite=overwrite, error=LibraryError,
                           what="a program library")
         path = Path(path)
+        with _library_lock(path):
+            if self.path is not None and os.path.realpath(self.path) == os.path.realpath(path):
+                self._merge_saved(path)
+            self._write(path)
+        self.path = path
+        self._mark_saved()
+        return path
+
+    def _merge_saved(self, path: Path) -> None:
+        """Take in the library saved at ``path`` now (another process may have saved what it learned since this
+        copy was loaded) merged with this one: every program of either (a new one with its embedding), for each
+        pipeline of a program the lower count of the two; the revision counts the learning of both; this copy's
+        coreset and settings where they changed since it was loaded, the saved ones otherwise."""
+        if not (path / "library.json").exists():
+            return
+        try:
+            config = read_sealed_config(path / "library.json", format=FORMAT, version=FORMAT_VERSION,
+                                        error=LibraryError, what="a program library", limit=LISTING_LIMIT)
+            check_files(path, config, LibraryError)
+            saved = _read_library(path, config)
+        except LibraryError as exc:
+            logger.warning("%s: the library there cannot be read to merge with (%s); writing this one", path, exc)
+            return
+        for key in ("model_sha256", "probe_set_hash", "pooling"):
+            if saved.encoder.get(key) != self.encoder.get(key):
+                raise LibraryError(f"{path}: now holds a library of another encoder ({key} differs) than the one "
+                                   "loaded from it; refusing to merge (save to another folder)")
+        if saved.objective != self.objective or saved.dim != self.dim:
+            raise LibraryError(f"{path}: now holds a library of another objective or dimension than the one loaded "
+                               "from it; refusing to merge (save to another folder)")
+        rows = [saved.embeddings]
+        for program, row in zip(self.programs, self.embeddings):
+            i = saved._by_program.get(program.program)
+            if i is None:
+                saved._by_program[program.program] = len(saved.programs)
+                saved.programs.append(LibraryProgram(program.program, program.name, program.instruction_count,
+                                                     program.oz_count, dict(program.results)))
+                rows.append(row[None])
+                continue
+            entry = saved.programs[i]
+            for steps, count in program.results.items():
+                entry.results[steps] = min(count, entry.results.get(steps, count))
+            if program.program in self._learned:
+                entry.oz_count = program.oz_count
+        self.programs, self.embeddings = saved.programs, np.concatenate(rows).astype(np.float32)
+        self.revision = saved.revision + max(self.revision - self._saved_revision, 0)
+        if self.coreset == self._saved_coreset:
+            self.coreset = saved.coreset
+        changed = {k: v for k, v in self.settings.items() if self._saved_settings.get(k, ...) != v}
+        self.settings = {**saved.settings, **changed}
+        self.mean, self.scale = saved.mean, saved.scale
+        self._by_program, self._index = saved._by_program, None
+
+    def _write(self, path: Path) -> None:
+        """Write the folder at ``path``, replacing it whole."""
+        import faiss
+
         pipelines: Dict[Steps, int] = {}
         programs = []
         coreset = [pipelines.setdefault(s, len(pipelines)) for s in self.coreset]
@@ -261,8 +346,6 @@ class ProgramLibrary:
             faiss.write_index(self._raw_index(), str(tmp / "index.faiss"))
             config["files"] = file_checksums(tmp, ["index.faiss"])
             (tmp / "library.json").write_text(json.dumps(seal(config), separators=(",", ":")) + "\n")
-        self.path = path
-        return path
 
     def _raw_index(self):
         """An index of the raw embeddings (what is saved; standardization is in library.json)."""
@@ -271,6 +354,26 @@ class ProgramLibrary:
         index = faiss.IndexFlatL2(self.dim)
         index.add(np.ascontiguousarray(self.embeddings))
         return index
+
+
+@contextlib.contextmanager
+def _library_lock(path: Path):
+    """An exclusive ``flock`` held while the library folder ``path`` is read and replaced: on ``.NAME.lock``
+    beside it, since the folder itself is swapped whole (a lock file inside would be swapped with it). The lock file
+    is opened without following a link and must be a regular file (a FIFO there never blocks the save)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.parent / f".{path.name}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LibraryError(f"{path}: cannot open its lock file {lock} ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LibraryError(f"{path}: its lock file {lock} is not a regular file; remove it")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
 
 
 def merge_libraries(libraries: Sequence[ProgramLibrary]) -> ProgramLibrary:
@@ -331,8 +434,6 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
     Raises:
         LibraryError: missing or unreadable folder, another format, or an encoder mismatch.
     """
-    import faiss
-
     path = Path(shipped(DEFAULT_NAME) if path is None else path)
     config = read_sealed_config(path / "library.json", format=FORMAT, version=FORMAT_VERSION,
                                 error=LibraryError, what="a program library", limit=LISTING_LIMIT)
@@ -341,24 +442,52 @@ def load_library(path: Union[str, os.PathLike, None] = None, *, encoder=None) ->
     encoder = with_pooling_of(encoder or load_encoder(), wanted)
     check_encoder(path, wanted, encoder, LibraryError,
                   "rebuild it (bpq library build) or pass the encoder it was built on")
-    try:
-        pipelines = [decode_steps(s) for s in config["pipelines"]]
-        programs = [LibraryProgram(p["program"], p["name"], int(p["instruction_count"]), int(p["oz_count"]),
-                                   {pipelines[i]: int(c) for i, c in p["results"]}) for p in config["programs"]]
-        index = faiss.read_index(str(path / "index.faiss"))
-        embeddings = index.reconstruct_n(0, index.ntotal)
-        library = ProgramLibrary(programs, embeddings, wanted, settings=config.get("settings"),
-                                 revision=int(config.get("revision", 0)), mean=np.array(config["mean"]),
-                                 scale=np.array(config["scale"]),
-                                 coreset=[pipelines[i] for i in config.get("coreset", [])])
-    except LibraryError as exc:
-        raise LibraryError(f"{path}: {exc}") from None
-    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, BPQError) as exc:
-        raise LibraryError(f"{path}: corrupt library ({type(exc).__name__}: {exc})") from None
+    library = _read_library(path, config)
     if library.dim != encoder.dim:
         raise LibraryError(f"{path}: embeddings have {library.dim} dimensions, the encoder gives {encoder.dim}")
     library.path = path
     return library
+
+
+#: The head of a flat FAISS index as ``faiss.write_index`` writes it: fourcc, dimension, vectors, two unused
+#: int64, is_trained, metric (0 inner product, 1 L2), then the count of floats that follow (dimension x vectors).
+_FLAT_HEADER = struct.Struct("<4siqqqBiQ")
+
+
+def _read_index(file: Path):
+    """The flat FAISS index of ``file``, its header checked against the file's size before faiss reads it: a few
+    bytes claiming 2^28 floats are refused, not allocated. LibraryError naming the file otherwise."""
+    import faiss
+
+    data = read_bounded(file, limit=WEIGHTS_LIMIT, what="FAISS index", error=LibraryError)
+    if len(data) < _FLAT_HEADER.size:
+        raise LibraryError(f"{file}: not a flat FAISS index ({len(data)} bytes)")
+    fourcc, dim, count, _, _, _, metric, floats = _FLAT_HEADER.unpack_from(data)
+    if fourcc not in (b"IxF2", b"IxFI") or metric not in (0, 1):
+        raise LibraryError(f"{file}: not a flat FAISS index (it starts with {fourcc!r})")
+    if dim <= 0 or count < 0 or floats != dim * count or len(data) != _FLAT_HEADER.size + 4 * floats:
+        raise LibraryError(f"{file}: its header claims {count} vectors of {dim} floats ({floats} floats), the "
+                           f"file holds {len(data)} bytes")
+    return faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+
+
+def _read_library(path: Path, config: dict) -> ProgramLibrary:
+    """The library of the folder ``path`` whose checked ``library.json`` is ``config`` (its other files
+    and the encoder are not). LibraryError naming ``path`` for anything corrupt."""
+    try:
+        pipelines = [decode_steps(s) for s in config["pipelines"]]
+        programs = [LibraryProgram(p["program"], p["name"], int(p["instruction_count"]), int(p["oz_count"]),
+                                   {pipelines[i]: int(c) for i, c in p["results"]}) for p in config["programs"]]
+        index = _read_index(path / "index.faiss")
+        embeddings = index.reconstruct_n(0, index.ntotal)
+        return ProgramLibrary(programs, embeddings, config.get("encoder", {}), settings=config.get("settings"),
+                              revision=int(config.get("revision", 0)), mean=np.array(config["mean"]),
+                              scale=np.array(config["scale"]),
+                              coreset=[pipelines[i] for i in config.get("coreset", [])])
+    except LibraryError as exc:
+        raise LibraryError(f"{path}: {exc}") from None
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, BPQError) as exc:
+        raise LibraryError(f"{path}: corrupt library ({type(exc).__name__}: {exc})") from None
 
 
 _library_cache: Dict[str, ProgramLibrary] = {}
