@@ -171,7 +171,8 @@ class TaskError(BPQError, ValueError):
 
 
 class ConfigError(BPQError, ValueError):
-    """A configuration file that is missing, not TOML, or has unknown or ill-typed keys."""
+    """A configuration file that is missing, not TOML, or has unknown or ill-typed keys; or a setting from the
+    environment (``BPQ_TIMEOUT`` and the like) that is not a number it may be."""
 
 
 class UnknownBenchmarkError(BPQError, LookupError):

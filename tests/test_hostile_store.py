@@ -300,6 +300,8 @@ def test_the_cli_shows_a_failed_sample(tmp_path):
     source = no_globals(tmp_path / "no_globals.c")
     out = bpq_cli("spectrum", source, "--probes", P24, "--sample-above", "100", env={"BPQ_LLVM_EXTRACT": "false"})
     assert out.returncode == 0 and "no function sample" in out.stderr and "measured whole" in out.stderr
+    said = [line for line in out.stderr.splitlines() if "no function sample" in line]
+    assert len(said) == 1 and said[0].startswith("bpq: warning: ") and "measured whole" in said[0], out.stderr
     out = bpq_cli("spectrum", source, "--probes", P24, "--sample-above", "100")
     assert out.returncode == 0 and "no function sample" not in out.stderr and "function sample holding" in out.stderr
 

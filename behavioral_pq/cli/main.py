@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from typing import List, Optional
 
 from behavioral_pq._version import __version__
@@ -78,6 +79,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"or as --run-args={dashed[0]})" if dashed and "--run-args" in argv else "")
             parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     debug = bool(os.environ.get("BPQ_DEBUG"))
+    if not debug:   # a warning is one line, as an error is, without the line of library code that raised it
+        warnings.formatwarning = _one_line_warning
     if not debug:   # the library logs what the CLI also prints; one line per problem is enough
         logging.getLogger("behavioral_pq").addHandler(logging.NullHandler())
         logging.getLogger("behavioral_pq").propagate = False
@@ -99,6 +102,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         print(error_line(exc), file=sys.stderr)
         return EXIT_ERROR if is_bad_input(exc) else EXIT_FAILURE
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"bpq: warning: {' '.join(str(message).split())}\n"
 
 
 if __name__ == "__main__":
