@@ -144,7 +144,7 @@ def test_processes_share_the_cache_and_the_cli_can_skip_it(tmp_path):
     assert entries[0].stat().st_mtime_ns == stamp - 10**9          # --no-cache neither read nor wrote it
 
 
-# -- the folder is not trusted: links, FIFOs, empty and oversized entries (issue 41)
+# -- the folder is not trusted: links, FIFOs, empty and oversized entries
 
 ROWS = np.arange(3 * 56, dtype=np.int64).reshape(3, 56)   # (P + 1, 56) rows of two probes
 

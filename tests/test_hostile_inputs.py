@@ -1,4 +1,4 @@
-"""Hostile inputs, second campaign (issue 41): each probe of the outside campaign is a test here, in one section per
+"""Hostile inputs, second campaign: each probe of the outside campaign is a test here, in one section per
 kind of input, refused with a typed error, at once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Outputs a user names (issues 40 and 41): checked before any work, never written through a symbolic link unless
+"""Outputs a user names: checked before any work, never written through a symbolic link unless
 ``--overwrite``, never into a device or FIFO, written all at once (a full disk keeps the old file), and the name
 printed is the file written."""
 

@@ -1,4 +1,4 @@
-"""The learned pipeline ranker (issue 43): its pool, gains, fit and diverse choice, storage, training rows,
+"""The learned pipeline ranker: its pool, gains, fit and diverse choice, storage, training rows,
 recommend_pipeline(ranker=) and the ``bpq ranker`` commands."""
 
 import json

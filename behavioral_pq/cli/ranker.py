@@ -1,4 +1,4 @@
-"""``bpq ranker measure|deepen|fit|show``: a learned ranker over pass pipelines (issue 43), its training data,
+"""``bpq ranker measure|deepen|fit|show``: a learned ranker over pass pipelines, its training data,
 and what it would try first; ``bpq optimize --auto --ranker DIR`` spends the budget on its picks."""
 
 from __future__ import annotations

@@ -538,7 +538,7 @@ def check_targets(report: dict) -> List[dict]:
 
 
 def _keeps_its_input(tasks: dict) -> List[dict]:
-    """Issue 42's targets: the frozen embedding no worse than the raw spectrum it is made from (-Oz MAE and states
+    """The targets of an embedding that keeps its input: the frozen embedding no worse than the raw spectrum it is made from (-Oz MAE and states
     Top-1, within one MLP seed spread, under the MLP heads and the linear probe), and ahead of the other
     representations on -Oz by more than three spreads."""
     checks = []
