@@ -1,4 +1,4 @@
-"""Checked runs of whole programs (issue 40, finding 1): the files a user names reach the sandboxed run, a failed
+"""Checked runs of whole programs: the files a user names reach the sandboxed run, a failed
 reference run stops the check, the check compares stdout, stderr, exit status and written files, a bare run says so,
 and failed timed runs are never ranked. Tiny C programs, llc only."""
 

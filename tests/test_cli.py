@@ -120,7 +120,7 @@ def _project(tmp_path):
 
 
 def test_embed_predict_features_take_whole_programs(tmp_path):
-    """Issue 40 finding 4: embed, predict and features take one linked program (--link FILE..., or
+    """embed, predict and features take one linked program (--link FILE..., or
     --compile-commands JSON --program NAME), equal to embedding the program linked by optimize --passes O0."""
     project, db = _project(tmp_path)
     linked = tmp_path / "tool1.bc"

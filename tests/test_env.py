@@ -228,7 +228,7 @@ def test_leaderboard_on_a_small_store(tmp_path):
 
 
 def test_gymnasium_make_takes_the_arguments_make_takes():
-    """Issue 40 finding 7: gymnasium.make with a reward space and no observation space (as make() allows)."""
+    """gymnasium.make with a reward space and no observation space (as make() allows)."""
     env = gymnasium.make("bpq/llvm-v0", benchmark=PROGRAM, reward_space="IrInstructionCountOz")
     observation, info = env.reset()
     assert observation is None and info["benchmark"].endswith("matmul.c")

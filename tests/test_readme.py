@@ -34,7 +34,7 @@ def test_package_docstring_example(monkeypatch):
 
 
 def test_make_test_sets_up_only_when_a_build_input_changed(tmp_path):
-    """Issue 40 finding 7: `make test` reinstalled the package on every run (~44 s); setup now reruns only when
+    """`make test` reinstalled the package on every run (~44 s); setup now reruns only when
     the native sources or the build and setup files change. Checked on a copy of the Makefile whose setup
     script only counts its runs."""
     import shutil
