@@ -160,3 +160,12 @@ def test_whole_program_arguments_are_checked(tmp_path):
     assert unknown.returncode == 2 and "tool1" in unknown.stderr and "tool2" in unknown.stderr
     bogus = bpq("predict", "oz", project / "tool1.c", "--bogus")
     assert bogus.returncode == 2 and "--bogus" in bogus.stderr
+
+
+def test_a_mistyped_option_shows_the_verbs_usage():
+    proc = bpq("compile", "--frobnicate")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: bpq compile ") and "bpq compile: error: unrecognized arguments: --frobnicate" \
+        in proc.stderr
+    proc = bpq("embed", "--frobnicate", "x.ll")
+    assert proc.returncode == 2 and "usage: bpq embed " in proc.stderr and "bpq embed: error:" in proc.stderr

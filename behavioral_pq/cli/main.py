@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Options whose value may start with "-" (a pass flag): ``--passes -sroa`` is read as ``--passes=-sroa``.
-DASH_VALUE_OPTIONS = ("--passes",)
+#: Options whose value may start with "-" (a pass flag, a link flag): ``--passes -sroa`` is read as
+#: ``--passes=-sroa``, ``--ldflags -lz`` as ``--ldflags=-lz``.
+DASH_VALUE_OPTIONS = ("--passes", "--ldflags")
 #: Options of many values whose one value may start with "-" (a program's flag, ``--run-args '-i/in.txt'``), where
 #: it is the last value: followed by nothing or by another option (``--run-args -n 3`` stays an error, since the
 #: ``3`` would be read as a FILE).
@@ -77,7 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             dashed = [e for e in extra if e.startswith("-")]
             hint = (f" (a flag of the checked program goes in one quoted value, --run-args '{' '.join(dashed)}', "
                     f"or as --run-args={dashed[0]})" if dashed and "--run-args" in argv else "")
-            parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+            verb_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     debug = bool(os.environ.get("BPQ_DEBUG"))
     if not debug:   # a warning is one line, as an error is, without the line of library code that raised it
         warnings.formatwarning = _one_line_warning
@@ -102,6 +103,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         print(error_line(exc), file=sys.stderr)
         return EXIT_ERROR if is_bad_input(exc) else EXIT_FAILURE
+
+
+def verb_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of one verb (``bpq compile``), whose usage an error about that verb's options shows; the whole
+    parser where there is none."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
