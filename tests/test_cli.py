@@ -1,6 +1,7 @@
 """The bpq command end to end, through a real subprocess."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -169,3 +170,16 @@ def test_a_mistyped_option_shows_the_verbs_usage():
         in proc.stderr
     proc = bpq("embed", "--frobnicate", "x.ll")
     assert proc.returncode == 2 and "usage: bpq embed " in proc.stderr and "bpq embed: error:" in proc.stderr
+
+
+def test_optimize_passes_o0_joins_without_writing_the_hosts_attributes(tmp_path):
+    source = tmp_path / "a.c"
+    source.write_text("int twice(int x) { return 2 * x; }\nint main(void) { return twice(3) - 6; }\n")
+    clang = subprocess.run(["clang-19", "-S", "-emit-llvm", "-O0", str(source), "-o", "-"], capture_output=True,
+                           text=True, check=True).stdout
+    proc = bpq("optimize", source, "--passes", "O0", "-o", tmp_path / "a.ll")
+    assert proc.returncode == 0 and "measure mode" in proc.stdout, proc.stderr
+    machine = re.compile(r'"(?:target-cpu|target-features|tune-cpu)"="[^"]*"')
+    assert machine.findall((tmp_path / "a.ll").read_text()) == machine.findall(clang) != []
+    proc = bpq("optimize", source, "--passes", "O0", "--target", "host", "-o", tmp_path / "host.ll")
+    assert proc.returncode == 0 and "target mode" in proc.stdout, proc.stderr

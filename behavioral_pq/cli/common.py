@@ -17,6 +17,7 @@ from behavioral_pq.core.files import (  # check_output_folder: for the verbs wit
     check_output_folder,  # noqa: F401
     write_bytes_atomic,
 )
+from behavioral_pq.core.toolchain import check_link_flags, failure_lines
 from behavioral_pq.errors import CompileError
 
 PASSES_EPILOG = """\
@@ -30,8 +31,9 @@ PROGRAM_EPILOG = """\
 programs: one FILE, or several compiled and linked into one module (bpq features tok.c main.c -I include);
 -I/-D/--cflags go to clang; --compile-commands build/compile_commands.json takes each FILE's recorded flags
 (with no FILE: every unit it lists, linked); --compile-commands DB --program NAME takes one program of a project
-(the unit with NAME's main and the units it needs). embed and predict take each FILE as its own module unless
---link, --compile-commands or --program make them one program.
+(the unit with NAME's main and the units it needs; NAME: its build target, e.g. cmark, or its main file).
+embed and predict take each FILE as its own module unless --link, --compile-commands or --program make them one
+program.
 """
 
 
@@ -55,10 +57,12 @@ def parse_passes(text: str) -> str:
 
 # -- programs: one module from several files, flags or a compile_commands.json -----------------------------------
 
-def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: bool = False) -> None:
+def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: bool = False,
+                          links: bool = False) -> None:
     """FILE... plus the flags a program needs. With ``several_modules`` each FILE is its own module (``embed``,
     ``predict``) unless ``--link``, ``--compile-commands`` or ``--program`` make them one program; otherwise the
-    files are one program, compiled and linked into one module."""
+    files are one program, compiled and linked into one module. ``links``: the verb links the program (``compile``,
+    ``lower``'s checked runs), so it takes ``--ldflags`` (:func:`program_link_flags`)."""
     if several_modules:
         parser.add_argument("files", metavar="FILE", nargs="*",
                             help=".c/.cc/.cpp/.ll/.bc files, one module each (with --link: one program)")
@@ -69,6 +73,12 @@ def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: b
     group.add_argument("-I", dest="include", action="append", default=[], metavar="DIR", help="include folder")
     group.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]", help="macro")
     group.add_argument("--cflags", metavar="FLAGS", help="more clang flags, e.g. --cflags='-std=c11 -w'")
+    if links:
+        group.add_argument("--ldflags", metavar="FLAGS",
+                           help="libraries the program links with besides libc and libm, for the checked runs and "
+                                "the executable, e.g. --ldflags=-lreadline or --ldflags='-L lib -lfoo' (allowed: -l, "
+                                "-L, -pthread, -rdynamic, -static and -Wl, options that only shape the executable; a "
+                                "compile database's own -l/-L flags for the program are added)")
     group.add_argument("--link", action="store_true",
                        help="the FILEs are one program: compile and link them into one module"
                             + ("" if several_modules else " (always so for this verb)"))
@@ -80,15 +90,17 @@ def add_program_arguments(parser: argparse.ArgumentParser, *, several_modules: b
                             "default a flag that could load code into clang, run other programs, read flags from a "
                             "file or write files, or any unknown flag, refuses the file)")
     group.add_argument("--program", metavar="NAME",
-                       help="with --compile-commands: the program whose main is in NAME (a file's path, name "
-                            "or stem) with the units it needs, as a static link or `bpq corpus link` finds them")
+                       help="with --compile-commands: one program with the units it needs, as a static link or "
+                            "`bpq corpus link` finds them: NAME is its build target where the database shows it "
+                            "(cmark), else its main file's stem, or the path of its main file (src/main.c, from the "
+                            "project or the current folder); a wrong or ambiguous NAME lists the programs")
     parser.add_argument("--no-cache", action="store_true",
                         help="measure spectra again instead of reading the spectrum cache (also: BPQ_NO_CACHE=1)")
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     """``--target`` and ``--cpu``: where the passes (and llc) compile for (see behavioral_pq.core.target)."""
-    parser.add_argument("--target", default="host", metavar="TRIPLE",
+    parser.add_argument("--target", default=None, metavar="TRIPLE",
                         help="target mode for this triple: 'host' (default: this machine, its CPU and features, as "
                              "clang -march=native), a triple such as x86_64-pc-linux-gnu, or 'measure' for measure "
                              "mode (no target machine, as labels and spectra are made)")
@@ -102,7 +114,7 @@ def cli_target(args):
 
     if args.target == "measure" and args.cpu:
         raise ValueError("--cpu has no meaning with --target measure")
-    return resolve_target(args.target, args.cpu)
+    return resolve_target(args.target or "host", args.cpu)
 
 
 def size_target(args, target):
@@ -110,7 +122,7 @@ def size_target(args, target):
     keeping the CPU each function was compiled for (:meth:`~behavioral_pq.core.target.Target.module_cpus`)."""
     from behavioral_pq.core.target import Target
 
-    if target is not None and args.target == "host" and args.cpu is None:
+    if target is not None and args.target in (None, "host") and args.cpu is None:
         return Target.module_cpus()
     return target
 
@@ -131,16 +143,26 @@ def load_program(args):
     if program is not None:
         if not getattr(args, "compile_commands", None) or args.files:
             raise ValueError("--program picks a program of --compile-commands JSON: give both, and no FILE")
-        from behavioral_pq.corpus.programs import program_from_compile_commands
+        from behavioral_pq.corpus.programs import project_program
 
-        return program_from_compile_commands(args.compile_commands, program, flags=flags,
-                                             allow_plugins=getattr(args, "allow_plugins", False))
+        found = project_program(args.compile_commands, program, flags=flags,
+                                allow_plugins=getattr(args, "allow_plugins", False))
+        args.recorded_ldflags = found.link_flags     # for program_link_flags
+        return found.module
     if getattr(args, "compile_commands", None):
         return module_from_compile_commands(args.compile_commands, files=args.files, flags=flags,
                                             allow_plugins=getattr(args, "allow_plugins", False))
     if not args.files:
         raise ValueError("give FILE (or --compile-commands JSON)")
     return load_module(args.files[0] if len(args.files) == 1 else list(args.files), flags=flags)
+
+
+def program_link_flags(args) -> List[str]:
+    """The link flags of ``--ldflags`` (split as a shell would, checked:
+    :func:`~behavioral_pq.core.toolchain.check_link_flags`), then those the compile database records for the
+    ``--program`` :func:`load_program` loaded (checked already)."""
+    given = check_link_flags(shlex.split(getattr(args, "ldflags", None) or ""), what="--ldflags")
+    return list(given) + list(getattr(args, "recorded_ldflags", ()))
 
 
 def program_inputs(args) -> List[tuple]:
@@ -192,9 +214,14 @@ def is_bad_input(exc: BaseException) -> bool:
 
 
 def error_line(exc: BaseException, what: Optional[str] = None) -> str:
-    """``bpq: error: <what>: <why>`` on one line; ``what`` is added only when the message does not start with it."""
+    """``bpq: error: <what>: <why>`` on one line; ``what`` is added only when the message does not start with it.
+    A message of several lines (a tool's output) gives its first line and, after `` | ``, the later lines that
+    name what failed (an undefined reference, a library not found, a compiler's ``error:``; see
+    :func:`~behavioral_pq.core.toolchain.failure_lines`), so the line says why a link failed, not only where."""
     text = str(exc).strip()
-    message = text.splitlines()[0] if text else type(exc).__name__
+    lines = text.splitlines()
+    message = (" | ".join([lines[0].strip()] + failure_lines("\n".join(lines[1:]), lines=4, limit=300)) if text
+               else type(exc).__name__)
     if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in message:
         message = f"{exc.filename}: {message}"
     if what and not message.startswith((str(what), Path(str(what)).name)):

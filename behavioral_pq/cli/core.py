@@ -143,6 +143,8 @@ def cmd_optimize(args) -> int:
         pipeline = found.pipeline if auto["note"] is None else "default<Oz>"
     else:
         pipeline = parse_passes(args.passes)
+        if pipeline == "default<O0>" and args.target is None and args.cpu is None and not args.size_marks:
+            target = None   # O0 only joins a program's files: no target machine's attributes are written
         result = optimize(module, pipeline, target=target)
     result.verify()
     if output:
