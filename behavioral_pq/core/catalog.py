@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import csv
 import difflib
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Iterable, Sequence, Tuple, Union
 
-from behavioral_pq.errors import UnknownPassError
+from behavioral_pq.errors import PipelineError, UnknownPassError
 
 CATALOG_VERSION = "llvm-v0/llvm19-1"
 
@@ -151,7 +152,9 @@ def resolve_pipeline(passes: Union[str, Sequence[PassLike]]) -> str:
         * a list of catalog indices, flags or :class:`Pass` objects;
         * a string of whitespace-separated catalog flags, each starting with ``-`` (``"-sroa -gvn"``), where a
           baseline may stand for its whole pipeline (``"-Oz -gvn"``);
-        * any other string: a raw new-PM pipeline (``"function(sroa),gvn"``), checked by LLVM when it runs.
+        * any other string: a raw new-PM pipeline (``"function(sroa),gvn"``): its length and nesting are checked
+          here (:func:`check_pipeline_shape`), its passes when it runs (LLVM parses it, then
+          :func:`check_pipeline_elements` refuses passes that touch files).
     """
     if isinstance(passes, str):
         text = passes.strip()
@@ -162,5 +165,145 @@ def resolve_pipeline(passes: Union[str, Sequence[PassLike]]) -> str:
             return steps_pipeline(tokens)
         if not text:
             raise UnknownPassError("empty pipeline")
+        check_pipeline_shape(text)
         return text
     return sequence_pipeline(passes)
+
+
+# -- what a raw pipeline may contain ---------------------------------------------------------------------------
+
+#: The deepest nesting of adaptors a pipeline may have (``function(loop-mssa(licm))`` is 2, the catalog's deepest).
+#: LLVM parses a pipeline recursively in the calling process: one nested 1,500 deep overflows its stack.
+MAX_PIPELINE_DEPTH = 32
+#: The longest pipeline text: a probe holds at most 1,000 catalog passes (``probes.MAX_PROBE_LENGTH``) of at most
+#: 62 characters each (about 63,000 with the commas).
+MAX_PIPELINE_LENGTH = 100_000
+#: How much of a pipeline an error message quotes.
+QUOTED_PIPELINE_CHARS = 200
+
+#: Adaptors (``function(...)``, ``repeat<2>(...)``), whole pipelines (``default<Oz>``) and the engine's own
+#: ``bpq-inline-threshold<N>``: allowed with any parameters and inner pipeline LLVM accepts.
+PIPELINE_ADAPTORS = frozenset({
+    "module", "cgscc", "function", "loop", "loop-mssa", "repeat", "devirt", "coro-cond",
+    "default", "thinlto-pre-link", "thinlto", "lto-pre-link", "lto", "function-simplification",
+    "bpq-inline-threshold",
+})
+
+#: LLVM 19's IR transform passes a raw pipeline may name (besides the catalog's elements): those of ``opt-19
+#: -print-passes`` (module, CGSCC, function, loop-nest and loop passes, with or without parameters) that neither
+#: read nor write files and run without a TargetMachine. Written out here rather than asked of opt at run time,
+#: so that what is allowed is reviewed, not whatever a newer LLVM adds. Left out, among others: the printers,
+#: ``dot-*`` and ``view-*`` (they write .dot files, or start a viewer, under a name taken from the function),
+#: the profile readers and writers (``pgo-instr-use``, ``sample-profile``, ``memprof-use<profile-filename=..>``,
+#: ``function-import``, ``insert-gcov-profiling``), the sanitizers and other instrumentation, codegen-preparation
+#: passes that need a target, and the passes that crash or break the verifier on purpose (``trigger-*``).
+PIPELINE_PASSES = frozenset({
+    # module passes
+    "always-inline", "annotation2metadata", "attributor", "attributor-light", "called-value-propagation",
+    "canonicalize-aliases", "constmerge", "coro-cleanup", "coro-early", "deadargelim", "elim-avail-extern",
+    "expand-variadics", "forceattrs", "global-merge", "globaldce", "globalopt", "globalsplit", "hotcoldsplit",
+    "inferattrs", "inliner-wrapper", "inliner-wrapper-no-mandatory-first", "internalize", "ipsccp", "iroutliner",
+    "loop-extract", "lower-global-dtors", "lower-ifunc", "mergefunc", "module-inline", "name-anon-globals",
+    "no-op-module", "openmp-opt", "openmp-opt-postlink", "partial-inliner", "recompute-globalsaa",
+    "rel-lookup-table-converter", "rpo-function-attrs", "scc-oz-module-inliner", "strip", "strip-dead-debug-info",
+    "strip-dead-prototypes", "strip-debug-declare", "strip-nondebug", "strip-nonlinetable-debuginfo", "verify",
+    # CGSCC passes
+    "argpromotion", "attributor-cgscc", "attributor-light-cgscc", "coro-split", "function-attrs", "inline",
+    "no-op-cgscc", "openmp-opt-cgscc",
+    # function passes
+    "adce", "add-discriminators", "aggressive-instcombine", "alignment-from-assumptions", "assume-builder",
+    "assume-simplify", "bdce", "break-crit-edges", "callsite-splitting", "chr", "consthoist",
+    "constraint-elimination", "coro-elide", "correlated-propagation", "dce", "declare-to-assign",
+    "dfa-jump-threading", "div-rem-pairs", "dse", "early-cse", "ee-instrument", "fix-irreducible", "flatten-cfg",
+    "float2int", "guard-widening", "gvn", "gvn-hoist", "gvn-sink", "infer-address-spaces", "infer-alignment",
+    "inject-tli-mappings", "instcombine", "instnamer", "instsimplify", "irce", "jump-table-to-switch",
+    "jump-threading", "lcssa", "libcalls-shrinkwrap", "load-store-vectorizer", "loop-data-prefetch",
+    "loop-distribute", "loop-fusion", "loop-load-elim", "loop-simplify", "loop-sink", "loop-unroll",
+    "loop-vectorize", "loop-versioning", "lower-allow-check", "lower-atomic", "lower-constant-intrinsics",
+    "lower-expect", "lower-guard-intrinsic", "lower-invoke", "lower-matrix-intrinsics", "lower-switch",
+    "lower-widenable-condition", "make-guards-explicit", "mem2reg", "memcpyopt", "mergeicmps", "mergereturn",
+    "mldst-motion", "move-auto-init", "nary-reassociate", "newgvn", "no-op-function", "partially-inline-libcalls",
+    "reassociate", "redundant-dbg-inst-elim", "reg2mem", "scalarize-masked-mem-intrin", "scalarizer", "sccp",
+    "separate-const-offset-from-gep", "simplifycfg", "sink", "slp-vectorizer", "slsr", "speculative-execution",
+    "sroa", "structurizecfg", "tailcallelim", "tlshoist", "transform-warning", "unify-loop-exits",
+    "vector-combine",
+    # loop-nest and loop passes
+    "loop-flatten", "loop-interchange", "loop-unroll-and-jam", "no-op-loopnest", "canon-freeze", "indvars",
+    "licm", "lnicm", "loop-bound-split", "loop-deletion", "loop-idiom", "loop-idiom-vectorize",
+    "loop-instsimplify", "loop-predication", "loop-reduce", "loop-rotate", "loop-simplifycfg", "loop-unroll-full",
+    "loop-versioning-licm", "no-op-loop", "simple-loop-unswitch",
+})
+
+#: Analyses ``require<..>`` and ``invalidate<..>`` may name (``invalidate<all>`` too): those of ``opt-19
+#: -print-passes`` but the one that reads a file (``bb-sections-profile-reader``) and the machine-code ones.
+PIPELINE_ANALYSES = frozenset({
+    "callgraph", "collector-metadata", "inline-advisor", "ir-similarity", "lcg", "module-summary", "no-op-module",
+    "pass-instrumentation", "profile-summary", "stack-safety", "verify", "globals-aa", "no-op-cgscc", "fam-proxy",
+    "aa", "access-info", "assumptions", "block-freq", "branch-prob", "cycles", "da", "debug-ata", "demanded-bits",
+    "domfrontier", "domtree", "func-properties", "gc-function", "inliner-size-estimator", "lazy-value-info",
+    "loops", "memdep", "memoryssa", "no-op-function", "opt-remark-emit", "phi-values", "postdomtree", "regions",
+    "scalar-evolution", "should-not-run-function-passes", "should-run-extra-vector-passes", "ssp-layout",
+    "stack-safety-local", "target-ir", "target-lib-info", "uniformity", "basic-aa", "objc-arc-aa", "scev-aa",
+    "scoped-noalias-aa", "tbaa", "ddg", "iv-users", "no-op-loop", "should-run-extra-simple-loop-unswitch",
+})
+
+
+def quote_pipeline(pipeline: str) -> str:
+    """``pipeline`` in quotes as an error message shows it: at most :data:`QUOTED_PIPELINE_CHARS` of it."""
+    if len(pipeline) <= QUOTED_PIPELINE_CHARS:
+        return f"'{pipeline}'"
+    return f"'{pipeline[:QUOTED_PIPELINE_CHARS]}...' ({len(pipeline):,} characters)"
+
+
+def pipeline_elements(pipeline: str) -> Tuple[str, ...]:
+    """The element names of a new-PM pipeline (``"function(sroa<modify-cfg>),gvn"`` -> ``("function",
+    "sroa<modify-cfg>", "gvn")``), split where LLVM's parser splits: at commas and parentheses."""
+    return tuple(name for name in _PIPELINE_SEPARATORS.split(pipeline) if name)
+
+
+_PIPELINE_SEPARATORS = re.compile(r"[,()]")
+
+
+def check_pipeline_shape(pipeline: str) -> None:
+    """Refuse (PipelineError) what must not reach LLVM's parser: a non-string, a pipeline longer than
+    :data:`MAX_PIPELINE_LENGTH` or nested deeper than :data:`MAX_PIPELINE_DEPTH`."""
+    if not isinstance(pipeline, str):
+        raise PipelineError(f"a pipeline is a string, got {type(pipeline).__name__}")
+    if len(pipeline) > MAX_PIPELINE_LENGTH:
+        raise PipelineError(f"invalid pass pipeline {quote_pipeline(pipeline)}: longer than the "
+                            f"{MAX_PIPELINE_LENGTH:,} characters a pipeline may have")
+    depth = deepest = 0
+    for char in pipeline:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    if deepest > MAX_PIPELINE_DEPTH:
+        raise PipelineError(f"invalid pass pipeline {quote_pipeline(pipeline)}: nested {deepest} deep, more than the "
+                            f"{MAX_PIPELINE_DEPTH} a pipeline may have")
+
+
+def check_pipeline_elements(pipeline: str) -> None:
+    """Refuse (PipelineError, naming the element) a pipeline that names an LLVM pass outside
+    :data:`PIPELINE_PASSES`, :data:`PIPELINE_ADAPTORS` and the catalog's elements (a pass that writes or reads
+    files, prints, instruments or crashes on purpose), or a ``require<..>`` / ``invalidate<..>`` of an analysis
+    outside :data:`PIPELINE_ANALYSES`. Run after LLVM has parsed the pipeline: a name LLVM does not know gets
+    LLVM's own message."""
+    for element in pipeline_elements(pipeline):
+        name, _, parameters = element.partition("<")
+        name = name.strip()
+        if name in ("require", "invalidate"):
+            analysis = parameters[:-1] if parameters.endswith(">") else parameters
+            if analysis in PIPELINE_ANALYSES or (name == "invalidate" and analysis == "all"):
+                continue
+        elif name in PIPELINE_PASSES or name in PIPELINE_ADAPTORS or name in _CATALOG_ELEMENTS:
+            continue
+        shown = element if len(element) <= QUOTED_PIPELINE_CHARS else element[:QUOTED_PIPELINE_CHARS] + "..."
+        raise PipelineError(f"pipeline element '{shown}' is not allowed: a raw pipeline may name the catalog's "
+                            "passes and LLVM's IR transforms, not passes that read or write files, print, "
+                            "instrument or crash on purpose")
+
+
+_CATALOG_ELEMENTS = frozenset(element.partition("<")[0]
+                              for p in PASSES for element in pipeline_elements(p.pipeline))

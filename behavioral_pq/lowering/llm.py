@@ -21,6 +21,7 @@ import dataclasses
 import http.client
 import json
 import logging
+import math
 import os
 import socket
 import ssl
@@ -55,6 +56,9 @@ class LLMSettings:
     def __post_init__(self):
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"LLM base_url must start with http:// or https://, got {self.base_url!r}")
+        if not (math.isfinite(self.timeout) and math.isfinite(self.backoff)):
+            raise ValueError(f"LLM timeout and backoff must be finite numbers of seconds, got {self.timeout} and "
+                             f"{self.backoff}")
         if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or self.max_response_bytes <= 0:
             raise ValueError("LLM timeout and max_response_bytes must be positive, retries and backoff "
                              "non-negative")
@@ -78,9 +82,9 @@ def load_llm_settings(path: Union[str, os.PathLike, None] = None, **overrides) -
                     values[key] = env[name]
                     break
         if "timeout" in values:
-            values["timeout"] = float(values["timeout"])
+            values["timeout"] = _number_from_environment("BPQ_LLM_TIMEOUT", values["timeout"], float)
         if "retries" in values:
-            values["retries"] = int(values["retries"])
+            values["retries"] = _number_from_environment("BPQ_LLM_RETRIES", values["retries"], int)
     values.update({k: v for k, v in overrides.items() if v is not None})
     if not values.get("base_url"):
         raise LLMNotConfiguredError("no LLM endpoint configured: set BPQ_LLM_BASE_URL (and BPQ_LLM_MODEL, "
@@ -114,7 +118,7 @@ class ChatClient:
 
     def complete(self, messages: Sequence[Dict[str, str]], *, temperature: Optional[float] = None) -> Completion:
         """POST the messages; retry on :data:`RETRY_STATUSES`, timeouts and refused connections with exponential
-        backoff (honouring Retry-After), at most ``settings.retries`` times.
+        backoff (honouring Retry-After, waited at most ``settings.timeout``), at most ``settings.retries`` times.
 
         Raises LLMTimeoutError (every try timed out), LLMError (HTTP error, unreachable), LLMResponseError
         (an answer that is not a chat completion; not retried)."""
@@ -127,9 +131,13 @@ class ChatClient:
         start, last_error = time.monotonic(), None
         for attempt in range(s.retries + 1):
             if attempt:
-                delay = last_error[1] if last_error and last_error[1] is not None else s.backoff * 2 ** (attempt - 1)
+                retry_after = last_error[1] if last_error else None
+                # the endpoint's Retry-After is waited at most as long as a request may take
+                delay = (min(retry_after, s.timeout) if retry_after is not None
+                         else s.backoff * 2 ** (attempt - 1))
+                delay = min(delay, MAX_RETRY_AFTER)
                 logger.info("LLM request failed (%s); retry %d/%d in %.1f s", last_error[0], attempt, s.retries, delay)
-                self._sleep(min(delay, MAX_RETRY_AFTER))
+                self._sleep(delay)
             self.requests_sent += 1
             try:
                 status, reason, response_headers, raw = _post(self.url, body, headers, s.timeout,
@@ -197,6 +205,19 @@ def _post(url: str, body: bytes, headers: Dict[str, str], timeout: float, max_by
         conn.close()
 
 
+def _number_from_environment(name: str, text: str, kind):
+    """``text``, the value of the environment variable ``name``: a whole number >= 0 (``kind`` int) or a positive
+    finite number of seconds (``kind`` float)."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0 or (kind is float and value == 0):
+        what = "a whole number >= 0" if kind is int else "a positive, finite number of seconds"
+        raise ValueError(f"{name} must be {what}, got {text!r}")
+    return value
+
+
 def _retry_after(value: Optional[str]) -> Optional[float]:
     try:
         return max(0.0, float(value)) if value is not None else None
@@ -209,11 +230,18 @@ def _parse_completion(raw: bytes, url: str, tries: int, seconds: float) -> Compl
         data = json.loads(raw)
         message = data["choices"][0]["message"]
         content = message.get("content")
+    except RecursionError:
+        raise LLMResponseError(f"{url}: not a chat completion: JSON nested too deeply to read") from None
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise LLMResponseError(f"{url}: not a chat completion: {raw[:300].decode(errors='replace')!r}") from None
     if not isinstance(content, str):
         raise LLMResponseError(f"{url}: the completion has no text content")
-    return Completion(content, str(data.get("model", "")), tries, seconds, dict(data.get("usage") or {}))
+    usage = data.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        logger.info("%s: ignoring a token usage that is not a JSON object: %.100r", url, usage)
+    model = data.get("model")
+    return Completion(content, model if isinstance(model, str) else "", tries, seconds,
+                      dict(usage) if isinstance(usage, dict) else {})
 
 
 def user(text: str) -> Dict[str, str]:

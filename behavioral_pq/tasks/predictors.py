@@ -45,6 +45,7 @@ from behavioral_pq.artifacts import (
     versions,
 )
 from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.module import load_module
 from behavioral_pq.corpus.states import NUM_CLASSES
 from behavioral_pq.embedding.encoder import POOLINGS, load_encoder, shipped
 from behavioral_pq.errors import PredictorError
@@ -216,7 +217,11 @@ def predict_best_pass(module, k: int = 5, *, predictor: Optional[Predictor] = No
 
 
 def predict_oz_benefit(module, *, predictor: Optional[Predictor] = None) -> float:
-    """Predicted ``(IC0 - IC_Oz) / IC0`` of ``module``: the fraction of instructions -Oz would remove."""
+    """Predicted ``(IC0 - IC_Oz) / IC0`` of ``module``: the fraction of instructions -Oz would remove. Raises
+    ValueError for a module with no instructions (declarations only), where that fraction means nothing."""
+    module = load_module(module)
+    if module.instruction_count == 0:
+        raise ValueError("the module has no instructions: -Oz has nothing to remove, so there is nothing to predict")
     predictor = predictor or _default("oz-benefit")
     if predictor.kind != "oz-benefit":
         raise PredictorError(f"{predictor.path}: a {predictor.kind!r} predictor, not 'oz-benefit'")

@@ -522,7 +522,11 @@ class PipelineRanker:
             raise ValueError(f"this ranker reads rows of {self.dim} values ({self.representation}), got {row.shape}")
         if not np.isfinite(row).all():
             raise ValueError("the module's row holds non-finite values")
-        return ((row - self.mean) / self.scale) @ self.weights + self.bias
+        scores = ((row - self.mean) / self.scale) @ self.weights + self.bias
+        if not np.isfinite(scores).all():
+            raise ValueError("the ranker's scores for this module's row are not finite (a row far outside what it was "
+                             "fitted on)")
+        return scores
 
     def choose(self, row: Optional[np.ndarray], count: int, *, exclude: Iterable[Steps] = (),
                measured: Iterable[Steps] = ()) -> List[Steps]:
@@ -580,6 +584,13 @@ class PipelineRanker:
         return path
 
 
+#: The smallest input scale a ranker may hold (:meth:`PipelineRanker.fit` sets a constant input's scale to 1 and
+#: keeps others from 1e-8, which float32 may round just below it) and the largest weight, bias or residual: gains
+#: are logarithms of size ratios, a few units at most, so a ridge fit's coefficients stay far below it.
+MIN_SCALE = 5e-9
+MAX_COEFFICIENT = 1e12
+
+
 def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
     """Read a ranker folder written by :meth:`PipelineRanker.save`, checking its seal, checksums and shapes."""
     from safetensors import SafetensorError
@@ -610,8 +621,18 @@ def load_ranker(path: Union[str, os.PathLike]) -> PipelineRanker:
         raise RankerError(f"{weights}: not readable ({exc})") from None
     if not all(np.isfinite(v).all() for v in tensors.values()):
         raise RankerError(f"{weights}: non-finite values")
+    if tensors["scale"].size and tensors["scale"].min() < MIN_SCALE:
+        raise RankerError(f"{weights}: scale holds {tensors['scale'].min():g}, below the {MIN_SCALE:g} fitting gives "
+                          "(inputs would be divided by zero or blown up)")
+    for name in ("weights", "bias", "residuals"):
+        if tensors[name].size and np.abs(tensors[name]).max() > MAX_COEFFICIENT:
+            raise RankerError(f"{weights}: {name} holds {np.abs(tensors[name]).max():g}, beyond the "
+                              f"{MAX_COEFFICIENT:g} a ranker's gains can need (scores would overflow)")
+    alpha = config.get("alpha", 0.0)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not np.isfinite(alpha) or alpha < 0:
+        raise RankerError(f"{path}: ranker.json's alpha must be a finite number >= 0, got {alpha!r}")
     ranker = PipelineRanker(pool, representation, tensors["mean"], tensors["scale"], tensors["weights"],
-                            tensors["bias"], tensors["residuals"], alpha=float(config.get("alpha", 0.0)),
+                            tensors["bias"], tensors["residuals"], alpha=float(alpha),
                             identity=config.get("identity"), training=config.get("training"), objective=objective)
     ranker.path = path
     return ranker

@@ -6,6 +6,8 @@ the budget, then search locally around the best found.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import random
 import time
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -185,6 +187,18 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
                    ranked_share=ranked_share)[0]
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_count(name: str, value, minimum: int = 0) -> None:
+    """Refuse a ``value`` that is not a whole number >= ``minimum`` (``True`` and ``1.5`` included)."""
+    if not isinstance(value, (numbers.Integral, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
 def _check_library(library: ProgramLibrary, objective: str, learn: bool) -> None:
     if library.objective == "text-size" and objective != "text-size":
         raise ValueError(f"this library was searched for text size: its pipelines are ranked by bytes, not by "
@@ -203,12 +217,14 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
             ranked_share: float = RANKED_SHARE) -> Tuple[Recommendation, Trials]:
     """:func:`recommend_pipeline` and its :class:`Trials` (whose kept results spare the caller a second run);
     ``start``: the ``time.monotonic()`` that ``seconds`` counts from (default: now)."""
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if seconds is not None and seconds <= 0:
-        raise ValueError(f"seconds must be positive, got {seconds}")
-    if reserve_builds < 0:
-        raise ValueError(f"reserve_builds must be >= 0, got {reserve_builds}")
+    _check_count("budget", budget)
+    _check_count("reserve_builds", reserve_builds)
+    _check_count("neighbors", neighbors, minimum=1)
+    if seconds is not None and not (_is_number(seconds) and math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be positive and finite, got {seconds!r}")
+    for name, share in (("retrieval_share", retrieval_share), ("coreset_share", coreset_share)):
+        if not (_is_number(share) and 0.0 <= share <= 1.0):
+            raise ValueError(f"{name} must be a number in [0, 1], got {share!r}")
     check_objective(objective)
     start = time.monotonic() if start is None else start
     deadline = None if seconds is None else start + seconds
