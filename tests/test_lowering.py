@@ -741,7 +741,7 @@ def test_cli_compile_passes_flags_to_the_checked_program(tmp_path):
     assert "--run-args '-q'" in proc.stderr and "--run-args=-q" in proc.stderr
     proc = bpq("compile", str(source), "--frobnicate", "-o", str(tmp_path / "flags"))
     assert proc.returncode == 2 and "unrecognized arguments: --frobnicate" in proc.stderr
-    assert "--run-args" not in proc.stderr
+    assert "a flag of the checked program" not in proc.stderr
 
 
 def test_every_checked_run_starts_in_an_empty_folder(tmp_path):

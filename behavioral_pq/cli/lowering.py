@@ -21,6 +21,7 @@ from behavioral_pq.cli.common import (
     cli_target,
     load_program,
     parse_passes,
+    program_link_flags,
     size_target,
 )
 from behavioral_pq.cli.guidance import SearchBar
@@ -49,17 +50,19 @@ assemble and define the module's symbols. LLM output is always verified; llc's w
 COMPILE_EPILOG = """\
 examples:
   bpq compile prog.c -o prog                                # --objective size: -Oz for this machine, llc -O2
-  bpq compile prog.c --objective speed -o prog              # the fastest of a few -O3 builds, chosen by runs
+  bpq compile prog.c --objective speed -o prog              # a few builds timed; -O3 unless one is faster
   bpq compile prog.c --auto-passes --budget 10 -o prog      # embed, recommend, optimize, lower, verify, link
 
 Objectives. size (default): -Oz passes (or --passes / --auto-passes) in target mode for the CPU the module was
 compiled for (--cpu to choose one), llc -O2; it minimizes code size (IR instructions, then .text bytes).
 speed: target-mode -O3 for the host CPU and for the CPU the module was compiled for, with and without FMA
-contraction, llc -O3; each build that passes the check is run (a program: with --run-args, median of --runs
-runs) and the fastest is kept. --auto-passes searches for the pass list that minimizes the .text bytes of the
-compiled object (each candidate is compiled for the target and measured; with --target measure, IR
-instructions: the ir-count objective of the program library). --target measure compiles with no target machine
-(as labels and spectra are measured).
+contraction, and -O2; each build that passes the check is timed (a program: its own run with --run-args, not the
+sandbox's start-up; --runs runs each, interleaved) and its median and interquartile range (IQR) printed. The -O3
+build (module CPU, fp-contract=on) is kept unless another's median is at least 1% lower and its runs are faster
+by a one-sided Mann-Whitney test at p < 0.01 (5 runs or more); a run under 5 ms is too short to rank and keeps
+-O3. --auto-passes searches for the pass list that minimizes the .text bytes of the compiled object (each
+candidate is compiled for the target and measured; with --target measure, IR instructions: the ir-count objective
+of the program library). --target measure compiles with no target machine (as labels and spectra are measured).
 
 A module with main becomes an executable whose output is checked against the unoptimized module's; any other
 module becomes an object file (-o prog.o).
@@ -196,7 +199,8 @@ def run_input(args):
     from behavioral_pq.lowering.runs import RunInput
 
     return RunInput(args=tuple(run_arguments(args)), stdin=args.stdin, folders=tuple(args.run_dir),
-                    writable=args.writable_dir, expect_exit=args.expect_exit, compare_stderr=args.compare_stderr)
+                    writable=args.writable_dir, expect_exit=args.expect_exit, compare_stderr=args.compare_stderr,
+                    link_flags=tuple(program_link_flags(args)))
 
 
 def cmd_lower(args) -> int:
@@ -213,6 +217,7 @@ def cmd_lower(args) -> int:
     run = run_input(args)
     task = load_tasks(args.task_set, names=[args.task])[0] if args.task else None
     module = task.module() if task else load_program(args)
+    run = run_input(args)   # again: with the link flags the compile database records for a --program
     target = cli_target(args)
     optimized = (optimize(module, parse_passes(args.passes), target=target) if args.passes.lower() != "none"
                  else module)
@@ -270,7 +275,8 @@ def cmd_compile(args) -> int:
     if codegen_flags not in ("auto", ()) and (args.objective == "speed" or args.backend != "llc"):
         raise ValueError("--codegen-flags names llc options of size builds: drop it with --objective speed or "
                          "--backend llm")
-    stem = Path(args.files[0]).stem if args.files else "program"
+    stem = (Path(args.files[0]).stem if args.files else Path(args.program).stem if getattr(args, "program", None)
+            else "program")
     names = [Path(args.output)] if args.output else [Path(stem), Path(stem + ".o")]   # without -o: main decides
     if args.keep_assembly:
         if args.output and Path(args.output).suffix == ".s":
@@ -291,6 +297,7 @@ def cmd_compile(args) -> int:
             "give a text-size ranker, or --target measure" if target is not None else "give an ir-count ranker"))
     start = time.monotonic()
     module = original = load_program(args)
+    run = run_input(args)   # again: with the link flags the compile database records for a --program
     where = f"target mode for {target.cpu or 'the module CPU'} ({target.triple})" if target else "measure mode"
     print(f"1. load       {module.name}: {module.instruction_count} IR instructions; {where}")
     if args.whole_program:
@@ -299,15 +306,35 @@ def cmd_compile(args) -> int:
         module = load_module(internalize_bitcode(module.bitcode), name=module.name)
         print("   whole program: every definition but main made internal (as LTO does for an executable)")
     if args.objective == "speed":
+        from tqdm import tqdm
+
         backend = SpeedBackend(runs=args.runs)
-        if args.no_verify:
-            lowering = backend.lower(module, None)
-        else:
-            with harness_for(module, run=run, max_assembly_bytes=None) as harness:
-                lowering = backend.lower(module, harness)
-        for label, median, stage in backend.last.tried:
-            print(f"2. build      {label}: " + (f"{median / 1e6:.2f} ms" if median is not None else stage))
-        print(f"3. choose     {backend.last.chosen.label}")
+        # progress on stderr when it is a terminal: each build, its check, each timed run
+        with tqdm(total=1, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False, dynamic_ncols=True,
+                  bar_format="{desc}: {n}/{total} steps [{elapsed}]") as bar:
+            def show(step):
+                bar.total, bar.n = step.total, step.done
+                bar.set_description_str(step.phase)
+
+            if args.no_verify:
+                lowering = backend.lower(module, None, progress=show)
+            else:
+                with harness_for(module, run=run, max_assembly_bytes=None) as harness:
+                    lowering = backend.lower(module, harness, progress=show)
+        choice = backend.last
+        order = {c.label: k for k, c in enumerate(backend.candidates)}
+        for label, median, stage in sorted(choice.tried, key=lambda t: order.get(t[0], len(order))):
+            name = label + (" (-O3)" if label == choice.baseline.label else "")
+            timing = choice.timings.get(label)
+            if timing is None:
+                print(f"2. build      {name}: {stage}")
+                continue
+            spread = timing.spread_ns
+            print(f"2. build      {name}, median of {len(timing.samples)} runs (IQR {spread / 1e6:.2f} ms, "
+                  f"{100 * spread / max(median, 1.0):.1f}%): {median / 1e6:.2f} ms")
+        print(f"3. choose     {choice.chosen.label}: {choice.reason}")
+        for note in choice.notes:
+            print(f"   note: {note}")
         optimized = module
     else:
         built_for = target
@@ -364,7 +391,8 @@ def cmd_compile(args) -> int:
     source = output.with_suffix(".s") if args.keep_assembly else None
     if source is not None:
         write_text_atomic(outputs[source], lowering.assembly)
-    assemble(lowering.assembly, outputs[output], executable=program, cxx=program and needs_cxx_runtime(module.text()))
+    assemble(lowering.assembly, outputs[output], executable=program, cxx=program and needs_cxx_runtime(module.text()),
+             link_flags=run.link_flags)
     kind = "executable" if program else "object file"
     print(f"5. {'link' if program else 'assemble':<11}wrote {output} ({kind}"
           + (f", assembly in {source}" if source else "") + f"); {time.monotonic() - start:.1f} s in all")
@@ -466,7 +494,7 @@ def add_parsers(sub) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("lower", help="lower a module to x86-64 assembly with llc or an LLM (verified)",
                        epilog=LOWER_EPILOG, formatter_class=fmt)
-    add_program_arguments(p)
+    add_program_arguments(p, links=True)
     p.add_argument("--task", metavar="NAME", help="a task from --task-set instead of FILE (checked by its tests)")
     p.add_argument("--task-set", default="all", help="functions, kernels, all (default) or a task-set .json")
     p.add_argument("--passes", default="Oz", help="passes to run before lowering (default Oz; 'none' for none)")
@@ -486,7 +514,7 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("compile", help="embed, recommend passes, optimize, lower, verify and link",
                        epilog=COMPILE_EPILOG, formatter_class=fmt)
-    add_program_arguments(p)
+    add_program_arguments(p, links=True)
     p.add_argument("--objective", choices=("size", "speed"), default="size",
                    help="what to minimize: code size (default) or run time (see below)")
     p.add_argument("--auto-passes", action="store_true",
@@ -504,7 +532,9 @@ def add_parsers(sub) -> None:
                    help="write the build even when it fails its check (by default a failed check writes nothing "
                         "and exits 1)")
     _add_run_options(p)
-    p.add_argument("--runs", type=int, default=5, help="with --objective speed: timed runs per build (default 5)")
+    p.add_argument("--runs", type=int, default=5,
+                   help="with --objective speed: timed runs per build (default 5; fewer cannot show a build faster "
+                        "than -O3, which is then kept)")
     p.add_argument("--relocation-model", choices=("pic", "static", "dynamic-no-pic"), default="pic",
                    help="llc relocation model (default pic: the distribution's clang links PIE)")
     p.add_argument("--outline", choices=("auto", "on", "off"), default="auto",

@@ -299,15 +299,132 @@ def needs_cxx_runtime(module_text: str) -> bool:
     return _CXX_RUNTIME.search(module_text) is not None
 
 
-def linker(cxx: bool = False) -> list:
-    """The link command's head: clang-19 with libm, or clang++-19 (libstdc++ and libm) for C++ programs."""
-    return [find_tool("clang++"), "-lm"] if cxx else [find_tool("clang"), "-lm"]
+def linker(cxx: bool = False, flags: Sequence[str] = ()) -> list:
+    """The link command's head: clang-19 with libm, or clang++-19 (libstdc++ and libm) for C++ programs, then
+    ``flags`` (link flags :func:`check_link_flags` allowed) before ``-lm``; what follows the head goes after the
+    objects, as libraries must."""
+    return [find_tool("clang++" if cxx else "clang"), *flags, "-lm"]
+
+
+# -- link flags ---------------------------------------------------------------------------------------------------
+#
+# What a program links with besides libc and libm (``--ldflags``, and the link flags a compile database records)
+# goes to clang and from it to the linker, which also loads plugins (``-Wl,-plugin``), runs other programs
+# (``-fuse-ld=``, ``-B``) and reads flags from files (``@FILE``). So link flags are allow-listed: libraries and the
+# folders to find them in, and options that only shape the executable; anything else is refused, naming the flag.
+
+#: Flags allowed as they are.
+_LINK_EXACT = {"-pthread", "-rdynamic", "-static", "-static-libgcc", "-static-libstdc++", "-pie", "-no-pie"}
+#: Linker options allowed after ``-Wl,`` (each comma-separated part one of them; ``-z`` takes one of
+#: :data:`_LINKER_Z`, ``-rpath`` a folder the executable records, never reads at link time).
+_LINKER_OPTIONS = {"--as-needed", "--no-as-needed", "--gc-sections", "--no-gc-sections", "--export-dynamic", "-E",
+                   "--start-group", "--end-group", "-(", "-)", "--whole-archive", "--no-whole-archive", "-Bstatic",
+                   "-Bdynamic", "-O0", "-O1", "-O2", "-s", "--strip-all", "-S", "--strip-debug", "--build-id",
+                   "--no-undefined", "--allow-shlib-undefined", "--eh-frame-hdr", "--sort-common",
+                   "--hash-style=gnu", "--hash-style=sysv", "--hash-style=both", "--enable-new-dtags",
+                   "--disable-new-dtags", "--copy-dt-needed-entries", "--no-copy-dt-needed-entries"}
+_LINKER_Z = {"now", "lazy", "relro", "norelro", "noexecstack", "execstack", "defs", "nodefs", "origin",
+             "separate-code", "noseparate-code"}
+_LIBRARY = re.compile(r"[A-Za-z0-9_+.-]+|:[A-Za-z0-9_+.-]+")
+#: Refused link flags with the reason, by prefix (anything else off the allow-list is refused all the same).
+_LINK_REFUSED = (
+    ("@", "reads more flags from a file"), ("-fuse-ld", "makes clang run another linker"),
+    ("--ld-path", "makes clang run another linker"), ("-B", "makes clang run other programs"),
+    ("--prefix", "makes clang run other programs"), ("--gcc-toolchain", "makes clang run other programs"),
+    ("-ccc-", "makes clang run other programs"), ("--sysroot", "changes where the system's libraries are read"),
+    ("-isysroot", "changes where the system's libraries are read"),
+    ("-Xlinker", "passes an option to the linker unchecked (give an allowed one as -Wl,OPTION)"),
+    ("-z", "passes an option to the linker unchecked (give an allowed one as -Wl,-z,VALUE)"),
+    ("-specs", "reads a specs file"), ("-fplugin", "loads code into clang"), ("-flto", "loads the LTO plugin"),
+)
+#: The link flags allowed, for messages.
+LINK_FLAGS_ALLOWED = ("-l NAME, -L DIR, -pthread, -rdynamic, -static, -static-libgcc, -pie, -no-pie and -Wl, "
+                      "options that only shape the executable (-Wl,--as-needed, -Wl,--gc-sections, -Wl,-z,now, "
+                      "-Wl,-rpath,DIR, ...)")
+
+
+def _linker_option_refusal(flag: str) -> Optional[str]:
+    """Why a ``-Wl,`` flag is refused, or None when each of its parts is allowed."""
+    parts = flag.split(",")[1:]
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        if "plugin" in part:
+            return "loads code into the linker"
+        if part in ("-z", "-rpath", "--rpath", "-R") and i + 1 < len(parts):
+            value = parts[i + 1]
+            if part == "-z" and value not in _LINKER_Z:
+                return f"passes the linker -z {value}, which is not on the allow-list"
+            i += 2
+            continue
+        if part.startswith(("-rpath=", "--rpath=")) or part in _LINKER_OPTIONS:
+            i += 1
+            continue
+        return f"passes the linker {part!r}, which is not on the allow-list"
+    return None if parts else "passes the linker nothing"
+
+
+def check_link_flags(flags: Sequence[str], *, base: Optional[os.PathLike] = None,
+                     what: str = "link flags") -> Tuple[str, ...]:
+    """``flags`` as the linker gets them: ``-l NAME`` joined (``-lz``), ``-L DIR`` joined with DIR absolute
+    (relative to ``base``, default the current folder); each must be on the allow-list (:data:`LINK_FLAGS_ALLOWED`).
+
+    Raises:
+        ValueError: a refused flag (one line naming it and why, ``what`` first), a flag without its value, or
+            ``-L /``. FileNotFoundError, NotADirectoryError: an ``-L`` folder that does not exist or is not one.
+    """
+    base = Path(os.path.abspath(base if base is not None else os.getcwd()))
+    out: List[str] = []
+    rest = iter(flags)
+    for flag in rest:
+        if flag in ("-l", "-L"):
+            value = next(rest, None)
+            if not value:
+                raise ValueError(f"{what}: {flag} lacks its value")
+            flag = flag + value
+        if flag.startswith("-l") and _LIBRARY.fullmatch(flag[2:]):
+            out.append(flag)
+        elif flag.startswith("-L") and len(flag) > 2:
+            folder = base / Path(flag[2:]).expanduser()
+            if not folder.exists():
+                raise FileNotFoundError(f"{what}: -L {flag[2:]}: no such folder")
+            if not folder.is_dir():
+                raise NotADirectoryError(f"{what}: -L {flag[2:]}: not a folder")
+            if Path(os.path.realpath(folder)) == Path("/"):
+                raise ValueError(f"{what}: -L {flag[2:]}: the whole file system cannot be shown to the link; name "
+                                 "the folder that holds the library")
+            out.append(f"-L{os.path.normpath(folder)}")
+        elif flag in _LINK_EXACT or (flag.startswith("-Wl,") and _linker_option_refusal(flag) is None):
+            out.append(flag)
+        else:
+            raise ValueError(f"{what}: refused link flag {flag!r}: it {_link_refusal(flag)}; allowed: "
+                             f"{LINK_FLAGS_ALLOWED}")
+    return tuple(out)
+
+
+def _link_refusal(flag: str) -> str:
+    if flag.startswith("-Wl,"):
+        return _linker_option_refusal(flag) or "is not on the allow-list"
+    for prefix, reason in _LINK_REFUSED:
+        if flag.startswith(prefix):
+            return reason
+    if flag.startswith("-l"):
+        return "does not name a library"
+    if not flag.startswith("-"):
+        return "is an input file, not a flag (give a library as -L DIR -l NAME)"
+    return "is not a link flag on the allow-list"
+
+
+def library_folders(flags: Sequence[str]) -> List[Path]:
+    """The ``-L`` folders of link flags :func:`check_link_flags` gave (absolute), in order."""
+    return [Path(f[2:]) for f in flags if f.startswith("-L")]
 
 
 def assemble(assembly: str, output: Path, *, executable: bool, cxx: bool = False, timeout: float = 120.0,
-             overwrite: bool = False) -> Path:
+             overwrite: bool = False, link_flags: Sequence[str] = ()) -> Path:
     """Assemble ``assembly`` (AT&T x86-64 text) with clang into ``output``: an executable linked with libm (and the
-    C++ runtime when ``cxx``, see :func:`needs_cxx_runtime`) when ``executable``, else an object file. The assembly
+    C++ runtime when ``cxx``, see :func:`needs_cxx_runtime`; and ``link_flags``, checked by
+    :func:`check_link_flags`) when ``executable``, else an object file. The assembly
     goes through a scratch folder; ``output`` is replaced all at once (an existing file stays as it was when the
     link fails, and the ToolError names ``output``), and a symbolic link there is refused unless ``overwrite`` (see
     :func:`~behavioral_pq.core.files.check_output_file`)."""
@@ -317,7 +434,7 @@ def assemble(assembly: str, output: Path, *, executable: bool, cxx: bool = False
         scratch = Path(scratch_dir) / "program.s"
         scratch.write_text(assembly)
         if executable:
-            head, *libraries = linker(cxx)
+            head, *libraries = linker(cxx, check_link_flags(link_flags))
             argv = [head, str(scratch), "-o", str(tmp), *libraries]
         else:
             argv = [find_tool("clang"), str(scratch), "-o", str(tmp), "-c"]
@@ -328,14 +445,37 @@ def assemble(assembly: str, output: Path, *, executable: bool, cxx: bool = False
     return output
 
 
+#: A line of a tool's output that names what failed: a compiler's ``error:``, a linker's undefined or duplicate
+#: symbol, a library or file it cannot find.
+FAILURE_LINE = re.compile(r"\berror:|undefined reference|undefined symbol|multiple definition|cannot find|"
+                          r"no such file", re.IGNORECASE)
+#: clang's own summary of a failed link, which names nothing the lines before it do not.
+_LINK_SUMMARY = re.compile(r"linker command failed with exit code")
+
+
+def failure_lines(text: str, *, lines: int = 4, limit: int = 600) -> List[str]:
+    """The lines of a tool's output (or an error message) that name what failed (:data:`FAILURE_LINE`), without
+    clang's "linker command failed" summary: at most ``lines`` of them, each stripped and cut to ``limit``
+    characters, every one once, in their order."""
+    found: List[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if FAILURE_LINE.search(line) and not _LINK_SUMMARY.search(line) and line[:limit] not in found:
+            found.append(line[:limit])
+            if len(found) == lines:
+                break
+    return found
+
+
 def excerpt(text: str, limit: int = 2000) -> str:
     """A tool's output cut to about ``limit`` characters, keeping what a reader needs: the head (where the first
-    error is), the first line that says ``error`` even when it comes later, and the tail (the summary)."""
+    error is), the first line that names what failed (:data:`FAILURE_LINE`: ``error``, an undefined reference,
+    a library not found) even when it comes later, and the tail (the summary)."""
     if len(text) <= limit:
         return text
     head, tail = text[: limit * 2 // 3], text[-(limit // 3):]
-    first_error = next((line for line in text.splitlines() if "error" in line.lower()), "")
+    first_error = next(iter(failure_lines(text, lines=1, limit=300)), "")
     if first_error and first_error not in head:
-        head = head + "\n" + first_error[:300]
+        head = head + "\n" + first_error
     cut = len(text) - len(head) - len(tail)
     return f"{head}\n... [{cut} characters cut] ...\n{tail}"

@@ -17,7 +17,7 @@ import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from behavioral_pq.artifacts import read_json_bounded
 from behavioral_pq.config import read_bounded
@@ -538,6 +538,82 @@ def from_compile_commands(path: os.PathLike, *, origin: Optional[str] = None, gr
         language = "c++" if suffix in CXX_SUFFIXES else "c" if suffix in C_SUFFIXES else None
         group = project if project is not None and regex is None else _group_of(str(source), regex)
         yield make_item([source], language=language, flags=flags, cwd=str(directory), origin=label, group=group)
+
+
+# -- what a recorded build says about its links -------------------------------------------------------------------
+
+#: The options that make clang stop before linking.
+_NO_LINK = {"-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"}
+#: The object of a unit compiled for a CMake target (``src/CMakeFiles/cmark.dir/main.c.o``) or a Meson one
+#: (``src/cmark.p/main.c.o``): the target's name.
+_CMAKE_OBJECT = re.compile(r"(?:^|/)CMakeFiles/([^/]+)\.dir/")
+_MESON_OBJECT = re.compile(r"(?:^|/)([^/]+)\.p/[^/]+$")
+
+
+@dataclass(frozen=True)
+class RecordedLink:
+    """What one recorded command says about the link of its unit.
+
+    Attributes:
+        target: the executable (or library) the unit is built for, where the command shows it: the ``-o`` of a
+            command that compiles and links in one step (its file name), or the target of CMake's
+            ``CMakeFiles/NAME.dir/`` or Meson's ``NAME.p/`` folder in the object's path; else None.
+        flags: its link flags as recorded, each one argument (``-lz``, ``-L`` joined with its folder): libraries,
+            ``-L``, ``-Wl,``, ``-Xlinker``, linker-only options, and ``-pthread`` of a command that links. Not
+            screened: :func:`~behavioral_pq.core.toolchain.check_link_flags` does that (relative ``-L`` folders are
+            relative to the entry's directory).
+    """
+
+    target: Optional[str]
+    flags: Tuple[str, ...]
+
+
+def recorded_link(arguments: Sequence[str]) -> RecordedLink:
+    """The :class:`RecordedLink` of a recorded command (``arguments[0]`` is the compiler). Nothing is read or run."""
+    output, links, flags = None, True, []
+    rest = iter(arguments[1:])
+    for arg in rest:
+        if arg in _NO_LINK:
+            links = False
+        elif arg == "-o":
+            output = next(rest, None)
+        elif arg.startswith("-o") and len(arg) > 2:
+            output = arg[2:]
+        elif arg in ("-l", "-L", "-Xlinker"):
+            value = next(rest, None)
+            if value is not None:
+                flags.append(arg + value if arg != "-Xlinker" else f"{arg} {value}")
+        elif arg in _DROP_WITH_VALUE or arg in _SEPARATE_VALUE:
+            next(rest, None)
+        elif arg.startswith(("-Wl,",) + _LINKER_ONLY_PREFIX) or arg in _LINKER_ONLY_EXACT:
+            flags.append(arg)
+    if links and "-pthread" in arguments[1:]:
+        flags.append("-pthread")
+    target = None
+    if output:
+        match = None if links else (_CMAKE_OBJECT.search(output) or _MESON_OBJECT.search(output))
+        target = Path(output).name if links else (match.group(1) if match else None)
+    return RecordedLink(target or None, tuple(dict.fromkeys(flags)))
+
+
+def recorded_links(path: os.PathLike) -> Dict[str, Tuple[RecordedLink, str]]:
+    """For each unit of a ``compile_commands.json`` (its resolved source, as :func:`from_compile_commands` names
+    it; the first entry of a file listed twice), its :class:`RecordedLink` and the entry's directory.
+
+    Raises:
+        FileNotFoundError, CompileCommandsError: as :func:`from_compile_commands`.
+    """
+    path = Path(path)
+    links: Dict[str, Tuple[RecordedLink, str]] = {}
+    for i, entry in enumerate(_read_database(path)):
+        arguments = _entry_arguments(path, i, entry)
+        if len(arguments) > 1 and arguments[1] in _FRONTEND_JOBS:
+            continue
+        directory, file = Path(entry["directory"]), Path(entry["file"])
+        source = str((file if file.is_absolute() else directory / file).resolve())
+        if source not in links:
+            links[source] = (recorded_link(arguments), entry["directory"])
+    return links
 
 
 def load_bitcode(item: InputItem, *, timeout: float = 120.0) -> bytes:

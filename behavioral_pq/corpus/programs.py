@@ -31,9 +31,9 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from behavioral_pq.artifacts import write_bytes_atomic
 from behavioral_pq.config import read_bounded
 from behavioral_pq.core.module import IR_FILE_LIMIT, load_module
-from behavioral_pq.core.toolchain import find_tool, internalize_bitcode, link_bitcode, run_tool
+from behavioral_pq.core.toolchain import check_link_flags, find_tool, internalize_bitcode, link_bitcode, run_tool
 from behavioral_pq.corpus.buckets import project_origin
-from behavioral_pq.corpus.inputs import InputItem, from_compile_commands, load_bitcode, make_item
+from behavioral_pq.corpus.inputs import InputItem, from_compile_commands, load_bitcode, make_item, recorded_links
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.store import CorpusStore
 from behavioral_pq.errors import BPQError, CorpusError, ToolError
@@ -242,32 +242,121 @@ def compile_units(path: os.PathLike, *, flags: Sequence[str] = (), allow_plugins
     return units, bitcode
 
 
-def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Sequence[str] = (),
-                                  allow_plugins: bool = False):
-    """One whole program of a ``compile_commands.json`` as a module: the unit that defines ``main`` in the file
-    ``program`` (a path, or a file name or stem such as ``minigzip``) with the units it needs, found as
-    :func:`whole_programs` finds them (units as :func:`compile_units` gives them; one that does not compile is
-    left out, and the link then names what it would have defined).
+@dataclass(frozen=True)
+class ProjectProgram:
+    """One whole program of a compile database, linked (:func:`project_program`).
+
+    Attributes:
+        name: its name among the database's programs (:func:`program_names`). source: the file that defines
+            ``main``. module: the units linked into one module. units: how many.
+        link_flags: the link flags the database records for its units, checked
+            (:func:`~behavioral_pq.core.toolchain.check_link_flags`; those refused are left out, logged).
+    """
+
+    name: str
+    source: str
+    module: object
+    units: int
+    link_flags: Tuple[str, ...] = ()
+
+
+def _common_folder(units: Sequence[Unit]) -> str:
+    """The folder that holds every unit's source ("" for none): a project's root, as far as its units show it."""
+    folders = [os.path.dirname(u.source) for u in units]
+    return os.path.commonpath(folders) if folders else ""
+
+
+def _in_project(source: str, root: str) -> str:
+    return os.path.relpath(source, root) if root else source
+
+
+def program_names(programs: Sequence[Program], targets: Optional[Dict[str, str]] = None, *,
+                  root: Optional[str] = None) -> List[str]:
+    """A name for each program, different from the others': the build target that holds its ``main`` unit
+    (``targets``: source -> target, from the compile database: :func:`~behavioral_pq.corpus.inputs.recorded_links`)
+    where the database shows it, else the stem of that unit's file (``minigzip``); where two programs would share
+    a name, each of them is named by the path of its ``main`` file relative to ``root`` (default: the folder that
+    holds every unit of the programs), e.g. ``src/main.c`` and ``api_test/main.c``."""
+    targets = targets or {}
+    if root is None:
+        root = _common_folder([u for p in programs for u in p.units])
+    preferred = [targets.get(p.units[0].source) or p.name for p in programs]
+    names = [name if preferred.count(name) == 1 else _in_project(p.units[0].source, root)
+             for name, p in zip(preferred, programs)]
+    # a path that is another program's preferred name as well: the absolute path is never shared
+    return [name if names.count(name) == 1 else p.units[0].source for name, p in zip(names, programs)]
+
+
+def project_program(path: os.PathLike, program: str, *, flags: Sequence[str] = (), allow_plugins: bool = False
+                    ) -> ProjectProgram:
+    """One whole program of a ``compile_commands.json``: the unit that defines ``main`` with the units it needs,
+    found as :func:`whole_programs` finds them (units as :func:`compile_units` gives them; one that does not
+    compile is left out, and the link then names what it would have defined), linked.
+
+    ``program`` names it as :func:`program_names` does (the build target, such as ``cmark``, or the stem of its
+    ``main`` file), or names that file: its path from the current folder, its path in the project
+    (``src/main.c``), its file name or stem. A program's own name picks it; any other ``program`` must fit one
+    program only.
 
     Raises:
-        ValueError: no unit defines ``main`` in such a file (the message lists the programs there are).
+        ValueError: no program fits ``program`` (the message lists the programs there are), or several do (the
+            message lists them, each with its name and ``main`` file).
         CompileError: the chosen units do not link.
     """
     units, bitcode = compile_units(path, flags=flags, allow_plugins=allow_plugins)
     programs = whole_programs(units)
-    wanted = Path(program)
-    chosen = [p for p in programs if program in (p.name, Path(p.units[0].source).name)
-              or (len(wanted.parts) > 1 and Path(p.units[0].source) == wanted.resolve())]
+    recorded = recorded_links(path)
+    targets = {source: link.target for source, (link, _) in recorded.items() if link.target}
+    root = _common_folder(units)
+    names = program_names(programs, targets, root=root)
+    mains = [p.units[0].source for p in programs]
+
+    def fits(i: int) -> bool:
+        main = mains[i]
+        return (program in (targets.get(main), programs[i].name, Path(main).name)
+                or os.path.normpath(program) == _in_project(main, root)
+                or str(Path(program).resolve()) == main)
+
+    chosen = [i for i, name in enumerate(names) if name == program] or [i for i in range(len(programs)) if fits(i)]
     if not chosen:
-        names = ", ".join(sorted({p.name for p in programs})) or "none"
-        raise ValueError(f"{path}: no unit defines main in {program!r}; the programs there: {names}")
-    found = chosen[0]
-    module = link_bitcode([bitcode[u.sha256] for u in found.units], what=f"program {found.name}")
-    return load_module(module, name=f"{found.name} ({len(found.units)} units)")
+        listed = ", ".join(sorted(name if name in (_in_project(main, root), p.name)
+                                  else f"{name} ({_in_project(main, root)})"
+                                  for name, main, p in zip(names, mains, programs))) or "none"
+        raise ValueError(f"{path}: no program {program!r} (no build target of that name, no unit that defines main "
+                         f"in such a file); the programs there: {listed}")
+    if len(chosen) > 1:
+        listed = ", ".join(f"{names[i]} ({_in_project(mains[i], root)})" for i in chosen)
+        raise ValueError(f"{path}: {program!r} fits {len(chosen)} programs: {listed}; give one of their names")
+    found, name = programs[chosen[0]], names[chosen[0]]
+    link_flags: List[str] = []
+    for unit in found.units:
+        link, directory = recorded.get(unit.source, (None, ""))
+        for flag in link.flags if link is not None else ():
+            try:
+                link_flags += check_link_flags([flag], base=directory, what=f"{path}: {unit.source}")
+            except (ValueError, OSError) as exc:
+                logger.warning("%s: left out of the link: %s", name, exc)
+    module = link_bitcode([bitcode[u.sha256] for u in found.units], what=f"program {name}")
+    return ProjectProgram(name, found.units[0].source,
+                          load_module(module, name=f"{name} ({len(found.units)} units)"), len(found.units),
+                          tuple(dict.fromkeys(link_flags)))
 
 
-__all__ = ["DATA_UNITS", "NO_CODE", "Program", "Unit", "compile_units", "program_from_compile_commands",
-           "program_items", "project_units", "symbols", "whole_programs", "write_data_unit"]
+def program_from_compile_commands(path: os.PathLike, program: str, *, flags: Sequence[str] = (),
+                                  allow_plugins: bool = False):
+    """The module of :func:`project_program` (one whole program of a ``compile_commands.json``, named by
+    ``program`` as there).
+
+    Raises:
+        ValueError: no program or several fit ``program`` (the message lists them). CompileError: the chosen
+        units do not link.
+    """
+    return project_program(path, program, flags=flags, allow_plugins=allow_plugins).module
+
+
+__all__ = ["DATA_UNITS", "NO_CODE", "Program", "ProjectProgram", "Unit", "compile_units",
+           "program_from_compile_commands", "program_items", "program_names", "project_program", "project_units",
+           "symbols", "whole_programs", "write_data_unit"]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import excerpt, find_tool, linker, llc_assembly, needs_cxx_runtime, run_tool
@@ -46,6 +46,7 @@ from behavioral_pq.lowering.runs import (
 )
 from behavioral_pq.lowering.sandbox import (
     MAX_ASSEMBLY_BYTES,
+    Bind,
     Limits,
     Result,
     Sandbox,
@@ -93,14 +94,30 @@ class Verdict:
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """Runtime of one build: ``samples`` (ns, one per process run, each the fastest of the driver's repetitions)
-    and their median, the robust statistic used for comparisons."""
+    """Runtime of one build: ``samples`` (ns, one per process run: for a task the fastest of its driver's
+    repetitions, for a program its own run, measured inside the sandbox) and their median, the robust statistic
+    used for comparisons, with their spread."""
 
     samples: Tuple[float, ...]
 
     @property
     def median_ns(self) -> float:
         return float(statistics.median(self.samples))
+
+    @property
+    def quartiles_ns(self) -> Tuple[float, float]:
+        """(lower, upper) quartile of the samples, inclusive method (of 5 samples: the 2nd and 4th smallest); the
+        sample twice where there is one."""
+        if len(self.samples) < 2:
+            return float(self.samples[0]), float(self.samples[0])
+        lower, _, upper = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return float(lower), float(upper)
+
+    @property
+    def spread_ns(self) -> float:
+        """The interquartile range: upper quartile minus lower quartile."""
+        lower, upper = self.quartiles_ns
+        return upper - lower
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +241,10 @@ class Harness:
     timed = False
     #: whether candidates are run, or only assembled
     runs = True
+    #: what :meth:`_link` adds to every link (a program's :attr:`RunInput.link_flags`) and the ``-L`` folders it
+    #: shows to it (:attr:`RunInput.link_binds`)
+    link_flags: Tuple[str, ...] = ()
+    link_binds: Tuple[Bind, ...] = ()
 
     def __init__(self, *, run_timeout: float = 10.0, tool_timeout: float = 60.0, unsafe_run: Optional[bool] = None,
                  limits: Limits = Limits(), max_assembly_bytes: Optional[int] = MAX_ASSEMBLY_BYTES):
@@ -257,13 +278,17 @@ class Harness:
         """Runtime of the assembly's build at the benchmark size (``runs`` process runs)."""
         return self.timings([assembly], runs)[0]
 
-    def timings(self, assemblies: Sequence[str], runs: int = 5) -> List[Timing]:
+    def timings(self, assemblies: Sequence[str], runs: int = 5,
+                progress: Optional[Callable[[int, int], None]] = None) -> List[Timing]:
         """Runtimes of several builds, each built once and timed interleaved: every round runs each build once,
         so a machine that speeds up or slows down during the measurement moves them all alike. Raises ToolError
-        when a build fails its check or one of its timed runs fails."""
-        return self._interleave([self._timing_binary(a) for a in assemblies], runs, keep_going=False)
+        when a build fails its check or one of its timed runs fails. ``progress(done, total)`` is called after
+        each timed run."""
+        return self._interleave([self._timing_binary(a) for a in assemblies], runs, keep_going=False,
+                                progress=progress)
 
-    def try_timings(self, assemblies: Sequence[str], runs: int = 5) -> List[Union[Timing, str]]:
+    def try_timings(self, assemblies: Sequence[str], runs: int = 5,
+                    progress: Optional[Callable[[int, int], None]] = None) -> List[Union[Timing, str]]:
         """As :meth:`timings`, but a build that cannot be timed (it fails its check, or a timed run crashes, times
         out or exits with another status than the reference) gets the reason instead of a Timing, and is not run
         again; the others are still timed. A failed run is never ranked."""
@@ -273,10 +298,10 @@ class Harness:
                 binaries.append(self._timing_binary(assembly))
             except ToolError as exc:
                 binaries.append(str(exc))
-        return self._interleave(binaries, runs, keep_going=True)
+        return self._interleave(binaries, runs, keep_going=True, progress=progress)
 
-    def _interleave(self, binaries: Sequence[Union[Path, str]], runs: int, keep_going: bool
-                    ) -> List[Union[Timing, str]]:
+    def _interleave(self, binaries: Sequence[Union[Path, str]], runs: int, keep_going: bool,
+                    progress: Optional[Callable[[int, int], None]] = None) -> List[Union[Timing, str]]:
         samples: List[List[float]] = [[] for _ in binaries]
         failed: Dict[int, str] = {k: b for k, b in enumerate(binaries) if isinstance(b, str)}
         for _ in range(runs):
@@ -289,6 +314,9 @@ class Harness:
                     if not keep_going:
                         raise
                     failed[k] = str(exc)
+                if progress is not None:   # a failed build's runs left are no longer planned
+                    progress(sum(map(len, samples)),
+                             sum(len(s) if k in failed else runs for k, s in enumerate(samples)))
         return [failed[k] if k in failed else Timing(tuple(s)) for k, s in enumerate(samples)]
 
     def _timing_binary(self, assembly: str) -> Path:
@@ -320,9 +348,10 @@ class Harness:
         environment values hidden, bounded (see :func:`~behavioral_pq.lowering.sandbox.scrub`)."""
         return scrub(text, workdir=self.workdir)
 
-    def _tool(self, stage: str, argv: Sequence[str]) -> None:
-        """Run a tool on untrusted input in the sandbox; a failure is a ``stage`` verdict."""
-        result = self.sandbox.run(argv, timeout=self.tool_timeout)
+    def _tool(self, stage: str, argv: Sequence[str], binds: Sequence[Bind] = ()) -> None:
+        """Run a tool on untrusted input in the sandbox (``binds`` shown to it); a failure is a ``stage``
+        verdict."""
+        result = self.sandbox.run(argv, timeout=self.tool_timeout, binds=binds)
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).decode(errors="replace").strip()
             why = describe(result)[1] if result.returncode is None else f"exited with {result.returncode}"
@@ -340,8 +369,8 @@ class Harness:
 
     def _link(self, objects: Sequence[Path], cxx: bool = False) -> Path:
         binary = self._scratch("")
-        head, *libraries = linker(cxx)
-        self._tool("link", [head, *map(str, objects), "-o", str(binary), *libraries])
+        head, *libraries = linker(cxx, self.link_flags)
+        self._tool("link", [head, *map(str, objects), "-o", str(binary), *libraries], binds=self.link_binds)
         return binary
 
     def _compile_c(self, source: Path, flags: Sequence[str]) -> Path:
@@ -478,15 +507,53 @@ class Observed:
     unopened: Optional[List[Path]] = None
 
 
+#: The timer of a program's timed runs, run inside the sandbox: ``timer OUT PROGRAM ARGS...`` runs PROGRAM with
+#: ARGS (its argv[0] is PROGRAM, as in a checked run), writes its wall time in ns (CLOCK_MONOTONIC, fork to exit)
+#: to OUT, and ends as it ended: its exit status, or the signal that killed it. The sandbox's own start-up
+#: (bubblewrap, namespaces: tens of ms) is outside that interval.
+TIMER_SOURCE = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+  struct timespec start, end;
+  int status;
+  if (argc < 3) { fputs("usage: timer OUT PROGRAM [ARGS...]\n", stderr); return 125; }
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  pid_t child = fork();
+  if (child < 0) { perror("timer: fork"); return 125; }
+  if (child == 0) { execv(argv[2], argv + 2); perror("timer: exec"); _exit(127); }
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) { perror("timer: waitpid"); return 125; }
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  long long ns = (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec);
+  FILE *out = fopen(argv[1], "w");
+  if (!out || fprintf(out, "%lld\n", ns) < 0 || fclose(out) != 0) { perror("timer: write"); return 125; }
+  if (WIFSIGNALED(status)) {
+    signal(WTERMSIG(status), SIG_DFL);
+    raise(WTERMSIG(status));
+    return 128 + WTERMSIG(status);
+  }
+  return WEXITSTATUS(status);
+}
+"""
+
+
 class ProgramHarness(Harness):
     """Checks a whole program (a module with ``main``) against ``reference`` (default: the same module)
     built as ``clang-19 -O0`` builds it (the always-inliner, then ``llc-19 -O0``), linked as C++ where it uses the
     C++ runtime. Pass the unoptimized module as ``reference`` to check the passes too.
 
-    Both run with ``run`` (a :class:`~behavioral_pq.lowering.runs.RunInput`: arguments, stdin, the files and
-    folders shown to them; default: ``args`` and nothing else), each in a new empty working folder, as the same
-    path (so ``argv[0]`` is the same). A build passes when it prints what the reference prints (stdout; stderr too
-    with ``run.compare_stderr``), exits with the same status and leaves the same files.
+    Both are linked with ``run.link_flags`` and run with ``run`` (a :class:`~behavioral_pq.lowering.runs.RunInput`:
+    arguments, stdin, the files and folders shown to them; default: ``args`` and nothing else), each in a new empty
+    working folder, as the same path (so ``argv[0]`` is the same). A build passes when it prints what the
+    reference prints (stdout; stderr too with ``run.compare_stderr``), exits with the same status and leaves the
+    same files.
 
     The reference run must itself succeed, or the check would compare failures: an exit status other than
     ``run.expect_exit`` (default 0), a signal or a timeout stop it (reliable signs). Its time is not judged: start-up
@@ -511,6 +578,7 @@ class ProgramHarness(Harness):
         if run is not None and args:
             raise ValueError("give the program's arguments in run (a RunInput) or as args, not both")
         self.run = run if run is not None else RunInput(args=tuple(args))
+        self.link_flags, self.link_binds = self.run.link_flags, self.run.link_binds
         self.room = self.run.writable and Path(os.path.realpath(self.run.base / self.run.writable))
         if self.room:
             size = writable_size(self.room)
@@ -530,7 +598,8 @@ class ProgramHarness(Harness):
             built = self._link([self._assemble(llc_assembly(unoptimized.bitcode, opt_level=0), own=True)], self.cxx)
         except _StageError as exc:
             self.close()
-            hint = ("the program does not link: a unit or library it needs is missing" if exc.stage == "link" else
+            hint = ("the program does not link: a unit or library it needs is missing (a library: --ldflags "
+                    "'-lNAME', with -L DIR where it is not under /usr)" if exc.stage == "link" else
                     "its assembly does not build")
             raise LoweringError(f"{module.name}: its -O0 reference build cannot serve as the check; {hint} "
                                 f"({exc.stage}: {exc.message})") from None
@@ -591,10 +660,11 @@ class ProgramHarness(Harness):
         return ReferenceRunError(message, result.returncode, head)
 
     def _observe(self, binary: Path, *, timeout: Optional[float] = None, files: bool = True,
-                 watch: bool = False) -> Observed:
+                 watch: bool = False, prefix: Sequence[str] = ()) -> Observed:
         """Run a build with :attr:`run` as :attr:`program` in a new empty folder (and a new copy of the writable
         folder, in place of the user's): what it printed, its status, (``files``) what it left and (``watch``)
-        which read-only paths named for it it never opened. Never raises for what the program does."""
+        which read-only paths named for it it never opened. ``prefix``: a command that runs the program (the
+        timer of :meth:`_sample`). Never raises for what the program does."""
         folder = self.workdir / "run"
         remove_tree(folder)
         folder.mkdir()
@@ -617,8 +687,8 @@ class ProgramHarness(Harness):
         named = [b.source for b in self.run.binds if not b.writable] if watch else []
         try:
             with Opened(named) as opened:
-                result = self.sandbox.run([str(self.program), *self.args], timeout=timeout or self.run_timeout,
-                                          stdin=stdin, cwd=folder, binds=binds)
+                result = self.sandbox.run([*prefix, str(self.program), *self.args],
+                                          timeout=timeout or self.run_timeout, stdin=stdin, cwd=folder, binds=binds)
             read = os.lseek(stdin.fileno(), 0, os.SEEK_CUR) if stdin is not None else None
         finally:
             if stdin is not None:
@@ -632,21 +702,58 @@ class ProgramHarness(Harness):
         return self._link([self._assemble(assembly)], self.cxx)
 
     def _timing_binary(self, assembly: str) -> Path:
-        """The build of an assembly that passes its check (timing is wall time of the program with its ``args``)."""
+        """The build of an assembly that passes its check (timing is the program's own wall time with its run)."""
         verdict = self.check(assembly)
         if not verdict.ok:
             raise ToolError(f"cannot time a build that fails its check ({verdict.stage}): {verdict.message[:200]}")
         return self._build(assembly)
 
+    def _timer(self) -> Path:
+        """The :data:`TIMER_SOURCE` build in the work folder (built once, by clang-19 outside the sandbox: it is
+        the harness's own code)."""
+        timer = self.workdir / "timer"
+        if not timer.exists():
+            source = self.workdir / "timer.c"
+            source.write_text(TIMER_SOURCE)
+            staged = self._scratch("")
+            run_tool([find_tool("clang"), "-O2", str(source), "-o", str(staged)], timeout=self.tool_timeout)
+            os.replace(staged, timer)
+        return timer
+
+    def start_up_timing(self, runs: int = 5) -> Optional[Timing]:
+        """The floor under any program's time here: ``/usr/bin/true`` timed ``runs`` times as :meth:`_sample` times
+        a build (process creation, dynamic loading, exit; in the same sandbox); None where it cannot be run."""
+        trivial, clock = Path("/usr/bin/true"), self.workdir / "timed-ns"
+        if not trivial.exists():
+            return None
+        samples = []
+        for _ in range(runs):
+            clock.unlink(missing_ok=True)
+            result = self.sandbox.run([str(self._timer()), str(clock), str(trivial)], timeout=self.run_timeout)
+            try:
+                samples.append(float(int(clock.read_text())))
+            except (OSError, ValueError):
+                return None
+            if result.returncode != 0:
+                return None
+        return Timing(tuple(samples))
+
     def _sample(self, binary: Path) -> float:
-        """Wall time of one run in the sandbox, in ns; ToolError when the run fails (a crash, a timeout, or an exit
-        status other than the reference's): a failed run is not a time."""
-        result = self._observe(binary, files=False).result
+        """The program's own wall time in one run, in ns, measured inside the sandbox by :meth:`_timer` (from its
+        fork to its exit: the sandbox's start-up, tens of ms, is not counted); ToolError when the run fails (a
+        crash, a timeout, or an exit status other than the reference's): a failed run is not a time."""
+        clock = self.workdir / "timed-ns"
+        clock.unlink(missing_ok=True)
+        result = self._observe(binary, files=False, prefix=(str(self._timer()), str(clock))).result
         if result.returncode is None:
             raise ToolError(f"a timed run failed: {self._clean(describe(result)[1])}")
         if result.returncode != self.expected_status:
             raise ToolError(f"a timed run exited with status {result.returncode}, expected {self.expected_status}")
-        return result.seconds * 1e9
+        try:
+            return float(int(clock.read_text()))
+        except (OSError, ValueError):
+            stderr = result.stderr.decode(errors="replace").strip()
+            raise ToolError(f"the timer wrote no time for a timed run ({self._clean(excerpt(stderr))})") from None
 
     def _check_binary(self, binary: Path) -> Verdict:
         seen = self._observe(binary)

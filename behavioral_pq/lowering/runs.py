@@ -30,6 +30,7 @@ import struct
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from behavioral_pq.core.toolchain import check_link_flags, library_folders
 from behavioral_pq.lowering.sandbox import Bind
 
 #: Folders the sandbox shows anyway: a path under them needs no bind.
@@ -63,10 +64,14 @@ class RunInput:
         expect_exit: the exit status the reference run must end with (default 0; another status stops the check).
         compare_stderr: compare standard error too (stdout, the exit status and written files always are).
         base: the folder relative paths are relative to (default: the current folder when the input is made).
+        link_flags: what the program is linked with besides libc and libm (``-lz``, ``-L DIR``: see
+            :func:`~behavioral_pq.core.toolchain.check_link_flags`, which checks them and makes ``-L`` folders
+            absolute); an ``-L`` folder outside ``/usr`` is shown read-only to the link, not to the run.
 
     Raises:
         FileNotFoundError, NotADirectoryError, ValueError: a named file or folder is missing or cannot be shown
-        (``/``, a relative path that leaves ``base``, ``.`` itself: the run's working folder is its own).
+        (``/``, a relative path that leaves ``base``, ``.`` itself: the run's working folder is its own), or a
+        link flag is refused.
     """
 
     args: Tuple[str, ...] = ()
@@ -76,6 +81,7 @@ class RunInput:
     expect_exit: Optional[int] = None
     compare_stderr: bool = False
     base: Optional[Path] = None
+    link_flags: Tuple[str, ...] = ()
     binds: Tuple[Bind, ...] = dataclasses.field(init=False, default=(), compare=False)
 
     def __post_init__(self):
@@ -83,6 +89,7 @@ class RunInput:
         set_ = object.__setattr__
         set_(self, "base", base)
         set_(self, "args", tuple(str(a) for a in self.args))
+        set_(self, "link_flags", check_link_flags(self.link_flags, base=base, what="link flags"))
         if self.expect_exit is not None and not 0 <= int(self.expect_exit) <= 255:
             raise ValueError(f"an exit status is 0..255, got {self.expect_exit}")
         if self.stdin is not None:
@@ -132,6 +139,17 @@ class RunInput:
     def given(self) -> bool:
         """Whether the run is given anything (arguments, stdin, folders); else it runs bare, on empty stdin."""
         return bool(self.args or self.stdin is not None or self.folders or self.writable is not None)
+
+    @property
+    def link_binds(self) -> Tuple[Bind, ...]:
+        """The ``-L`` folders of :attr:`link_flags` outside the folders the sandbox shows anyway, read-only at their
+        own paths: what the link needs to see."""
+        binds = {}
+        for folder in library_folders(self.link_flags):
+            source = Path(os.path.realpath(folder))
+            if not all(any(_under(p, v) for v in VISIBLE) for p in (folder, source)):
+                binds.setdefault(folder, Bind(source, folder))
+        return tuple(binds.values())
 
     @property
     def named(self) -> List[Path]:
