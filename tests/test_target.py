@@ -70,7 +70,7 @@ def test_target_mode_lifts_the_unroll_ban_that_clang_O1_puts_on_loops(loop):
     assert "llvm.loop.unroll.disable" in bpq.optimize(loop, "O3").text()
 
 
-def test_speed_objective_times_each_checked_build_and_keeps_the_fastest():
+def test_speed_objective_times_each_checked_build_and_keeps_o3_on_too_few_runs():
     from behavioral_pq.lowering.harness import TaskHarness
     from behavioral_pq.lowering.speed import SPEED_CANDIDATES, SpeedBackend
     from behavioral_pq.lowering.tasks import load_tasks
@@ -85,7 +85,9 @@ def test_speed_objective_times_each_checked_build_and_keeps_the_fastest():
     assert "module CPU, fp-contract=on, -O2" in {c.label for c in SPEED_CANDIDATES}   # clang -O2's own build
     times = {label: median for label, median, stage in tried if stage == "ok"}
     assert len(times) == len(SPEED_CANDIDATES)
-    assert times[backend.last.chosen.label] == min(times.values())
+    # two runs per build cannot show a difference beyond the spread: the plain -O3 build is kept, and said why
+    assert backend.last.chosen.label == "module CPU, fp-contract=on"
+    assert backend.last.reason.startswith("kept -O3: 2 runs per build")
 
 
 def test_lowering_report_says_which_build_the_speed_objective_chose():
