@@ -120,6 +120,7 @@ def _project(tmp_path):
     return project, db
 
 
+@pytest.mark.slow
 def test_embed_predict_features_take_whole_programs(tmp_path):
     """embed, predict and features take one linked program (--link FILE..., or
     --compile-commands JSON --program NAME), equal to embedding the program linked by optimize --passes O0."""

@@ -258,6 +258,7 @@ def world(tmp_path_factory):
             "spectrum": root / "spectrum" / "encoder"}
 
 
+@pytest.mark.slow
 def test_states_are_reproducible_and_their_prefix_recreates_them(world, engine):
     program = sorted(set(read_states(world["states"], ["program"]).column(0).to_pylist()))[0]
     assert draw_prefixes(program, seed=0) == draw_prefixes(program, seed=0)
@@ -414,6 +415,7 @@ def test_a_spectrum_encoder_fine_tunes_through_its_rows_and_predicts_with_them(w
                                   abs=1e-6)
 
 
+@pytest.mark.slow
 def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST, ir2vec=True)
     report = evaluate(world["store"], tmp_path / "report", states=world["states"], encoder=world["encoder"],
@@ -520,6 +522,7 @@ def bpq_cli(*args):
     return subprocess.run([sys.executable, "-m", "behavioral_pq", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_cli_train_predict_and_states_end_to_end(world, tmp_path):
     encoder_dir = world["root"] / "run" / "encoder"
     done = bpq_cli("train", "oz", "--corpus", world["store"], "--out", tmp_path / "oz", "--checkpoint",

@@ -264,6 +264,7 @@ def test_code_stream_is_seeded_and_splits_between_processes(tmp_path):
     assert np.array_equal(resumed, one[3])
 
 
+@pytest.mark.slow
 def test_kept_codes_make_the_final_states_keep_their_own_code(tmp_path):
     """On codes no context predicts, masked-LM alone never asks a visible position for its code; with
     keep_probability the heads read it back from the final state of the same position."""
@@ -852,6 +853,7 @@ def test_the_first_encoder_and_its_models_still_load_by_path():
         load_predictor(shipped("pqbert-small-s0-oz"))
 
 
+@pytest.mark.slow
 def test_default_encoder_embeds_from_a_fresh_process_via_the_cli(tmp_path):
     out = tmp_path / "e.npy"
     run = subprocess.run([sys.executable, "-m", "behavioral_pq", "embed", str(EXAMPLES / "sum_array.c"),

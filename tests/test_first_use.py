@@ -244,3 +244,43 @@ def test_error_line_keeps_the_lines_that_name_what_failed():
     cut = excerpt("/usr/bin/ld: warning: w\n" * 200 + "x.s:(.text+0x1): undefined reference to `late'\n"
                   + "note\n" * 500)
     assert "undefined reference to `late'" in cut and "characters cut" in cut
+
+
+# -- inputs checked before the search; runs that take longer than 10 s ----------------------------------------
+
+SLOW_READER = ('#include <stdio.h>\n#include <unistd.h>\n'
+               'int main(int argc, char **argv) {\n'
+               '  FILE *f = fopen(argv[1], "r"); if (!f) { perror(argv[1]); return 1; }\n'
+               '  usleep(MS * 1000); puts("done"); return 0; }\n')
+
+
+def test_a_failing_reference_run_is_said_before_the_search(tmp_path):
+    """A missing input stops compile --auto-passes before its first compilation (the search would take tens of
+    seconds on a real program), as does a shell redirection in --run-args."""
+    source = tmp_path / "reader.c"
+    source.write_text("#define MS 0\n" + SLOW_READER)
+    proc = bpq("compile", source, "--auto-passes", "--budget", "50", "--run-args", "missing.txt", "-o",
+               tmp_path / "reader", cwd=tmp_path)
+    assert proc.returncode == 1 and "missing.txt: No such file or directory" in proc.stderr
+    assert "2. recommend" not in proc.stdout and "1. load" in proc.stdout
+    (tmp_path / "in.txt").write_text("x\n")
+    proc = bpq("compile", source, "--run-args", "< in.txt", "-o", tmp_path / "reader", cwd=tmp_path)
+    assert proc.returncode == 2 and "give --stdin in.txt" in proc.stderr and "1. load" not in proc.stdout
+    proc = bpq("compile", source, "--run-args", "in.txt", "-o", tmp_path / "reader", cwd=tmp_path)
+    assert proc.returncode == 0 and "the -O0 reference runs with arguments in.txt: exit status 0, 5 bytes" \
+        in proc.stdout and "verification: ok" in proc.stdout, proc.stderr
+
+
+def test_run_timeout_bounds_the_checked_runs(tmp_path):
+    source = tmp_path / "slow.c"
+    source.write_text("#define MS 1500\n" + SLOW_READER)
+    (tmp_path / "in.txt").write_text("x\n")
+    proc = bpq("compile", source, "--run-args", "in.txt", "--run-timeout", "0.5", "-o", tmp_path / "slow",
+               cwd=tmp_path)
+    assert proc.returncode == 1 and "did not finish in" in proc.stderr and "--run-timeout SECONDS; now 0.5 s" \
+        in proc.stderr
+    proc = bpq("compile", source, "--run-args", "in.txt", "--run-timeout", "5", "-o", tmp_path / "slow",
+               cwd=tmp_path)
+    assert proc.returncode == 0 and "verification: ok" in proc.stdout, proc.stderr
+    proc = bpq("compile", source, "--run-timeout", "nan", "-o", tmp_path / "slow", cwd=tmp_path)
+    assert proc.returncode == 2 and "--run-timeout must be a positive number" in proc.stderr

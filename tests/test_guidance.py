@@ -351,6 +351,7 @@ def bpq_cli(*args):
     return subprocess.run([sys.executable, "-m", "behavioral_pq", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_cli_optimize_auto_writes_a_verified_module_and_rejects_bad_input(lib_world, tmp_path):
     library = lib_world["root"] / "library"
     out = tmp_path / "out.ll"
@@ -422,6 +423,7 @@ def bpq_on_a_terminal(*args, timeout: float = 600):
     return proc.returncode, out.decode(), b"".join(shown).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_progress_shows_on_a_terminal_and_never_in_json(lib_world, tmp_path):
     import re
 
@@ -443,6 +445,7 @@ def test_progress_shows_on_a_terminal_and_never_in_json(lib_world, tmp_path):
     assert re.search(r"[0-2]/2 compilations, best \d+ bytes, -Oz \d+", shown), shown
 
 
+@pytest.mark.slow
 def test_optimize_auto_prints_one_oz_figure_per_mode_and_writes_what_it_prints(lib_world, tmp_path):
     import re
 
@@ -496,6 +499,7 @@ def test_what_is_written_for_a_target_is_never_more_than_its_oz(examples):
     assert late["result"] is oz and "did not end within --seconds" in late["note"]
 
 
+@pytest.mark.slow
 def test_text_size_objective_compiles_every_candidate_and_never_loses_to_oz(lib_world, engine, examples, tmp_path):
     from behavioral_pq.core.target import Target
     from behavioral_pq.core.toolchain import text_size

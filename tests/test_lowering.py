@@ -108,6 +108,7 @@ def test_reference_outputs_match_hand_computed_values():
 
 # -- harness ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_llc_passes_every_task_of_both_sets():
     failures = []
     for task in load_tasks("all"):
@@ -369,6 +370,7 @@ def test_refined_prompt_is_judged_on_held_out_tasks():
     assert report["held_out_after"]["acc"] == 1.0
 
 
+@pytest.mark.slow
 def test_scripted_scenarios_behave_as_specified():
     tasks = load_tasks("functions", names=["gcd", "newton_sqrt"]) + load_tasks("kernels", names=["sum_i64"])
     report = ev.run_scenarios(tasks, repairs=2, client_timeout=0.5,
@@ -509,6 +511,7 @@ def test_block_placement_is_turned_off_only_where_the_text_is_smaller(tmp_path):
     assert backend.lower(load_module(bitcode)).assembly == llc_assembly(bitcode, block_placement=False)
 
 
+@pytest.mark.slow
 def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
     source = tmp_path / "repeated.c"
     source.write_text(REPEATED_BODIES)
@@ -528,6 +531,7 @@ def test_cli_compile_for_size_turns_the_outliner_on_where_it_pays(tmp_path):
     assert proc.returncode == 2 and "--outline on is an llc option of size builds" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_compile_for_size_turns_block_placement_off_where_it_pays(tmp_path):
     source = tmp_path / "checks.c"
     source.write_text(CHECKS)
@@ -629,6 +633,7 @@ def test_a_codegen_flag_whose_build_fails_is_left_out(tmp_path, monkeypatch, cap
         toolchain.smaller_codegen(bitcode, flags=tuple(toolchain.CODEGEN_FLAGS))
 
 
+@pytest.mark.slow
 def test_cli_compile_for_size_adds_llc_flags_where_they_pay(tmp_path):
     source = tmp_path / "calls.c"
     source.write_text(LIVE_ACROSS_CALLS)
@@ -655,6 +660,7 @@ def test_cli_compile_for_size_adds_llc_flags_where_they_pay(tmp_path):
     assert proc.returncode == 2 and "--codegen-flags names llc options of size builds" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_compile_links_a_cxx_program_with_the_cxx_runtime(tmp_path):
     """std::string and iostream: the program needs libstdc++ at link time, and its headers' always_inline members
     (not exported by the runtime) must be inlined in the -O0 reference as clang -O0 does."""

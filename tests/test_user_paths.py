@@ -96,6 +96,7 @@ def test_a_long_compiler_error_keeps_the_first_error(tmp_path):
     assert "error: the first one" in excerpt(late)
 
 
+@pytest.mark.slow
 def test_one_error_format_and_exit_codes(tmp_path, program):
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(b"\x00\x01 not a module")

@@ -75,11 +75,14 @@ or folders (a whole word, or the PATH of --flag=PATH; an absolute path at the sa
 current folder at the same relative path inside the working folder, so the program opens it as typed; give a
 path with .. as an absolute one), the --run-dir folders, all read-only, and the --stdin file as standard input.
 Other paths are not visible in the sandbox (its /tmp is private). The program may write only in its working
-folder and in the one --writable-dir folder (read-write). The reference run must succeed: an exit status other
-than 0 (or than --expect-exit N), a crash, a timeout, or a --stdin file it does not read stops the command with
-that status and the head of its stderr; a file or folder named for it that it never opens, or a run that prints
+folder and in the one --writable-dir folder, of which each run gets a copy of its own (the folder itself is never
+changed; the files a run creates, changes or deletes there are compared). The reference run must succeed, and
+runs first, before any search: an exit status other than 0 (or than --expect-exit N), a crash, a run longer than
+--run-timeout (10 s), or a --stdin file it does not read stops the command with that status and the head of its
+stderr; a file or folder named for it that it never opens, or a run that prints
 nothing and writes nothing, is noted. Without --run-args, --stdin or --run-dir the check runs the program with no
-arguments and empty stdin, and says so. With --objective speed, a build whose timed runs fail is never ranked.
+arguments and empty stdin, and says so. A build that fails its check is not written (exit 1, the first
+difference shown) unless --keep-unverified. With --objective speed, a build whose timed runs fail is never ranked.
 
 Whole programs: give every file of a program (bpq compile a.c b.c util.c -o prog) and add --whole-program to make
 every definition but main internal before optimizing, as clang -flto does when it links an executable: code no
@@ -198,7 +201,17 @@ def run_input(args):
     (made before any work, so a missing file is reported at once)."""
     from behavioral_pq.lowering.runs import RunInput
 
-    return RunInput(args=tuple(run_arguments(args)), stdin=args.stdin, folders=tuple(args.run_dir),
+    words = run_arguments(args)
+    for k, word in enumerate(words):
+        if word in ("<", ">", ">>", "|", "2>") or (word[:1] in "<>|" and len(word) > 1):
+            target = word.lstrip("<>|2") or (words[k + 1] if k + 1 < len(words) else "FILE")
+            hint = f"give --stdin {target}" if word.startswith("<") else "compare outputs through --writable-dir"
+            raise ValueError(f"--run-args: {word!r}: no shell runs the program, so a redirection is passed to it as "
+                             f"an argument; {hint}")
+    timeout = getattr(args, "run_timeout", 10.0)
+    if not (0 < timeout < float("inf")):
+        raise ValueError(f"--run-timeout must be a positive number of seconds, got {timeout:g}")
+    return RunInput(args=tuple(words), stdin=args.stdin, folders=tuple(args.run_dir),
                     writable=args.writable_dir, expect_exit=args.expect_exit, compare_stderr=args.compare_stderr,
                     link_flags=tuple(program_link_flags(args)))
 
@@ -245,18 +258,9 @@ def cmd_lower(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from behavioral_pq.artifacts import write_text_atomic
-    from behavioral_pq.core.passes import optimize
-    from behavioral_pq.core.catalog import steps_pipeline
-    from behavioral_pq.core.engine import default_engine
     from behavioral_pq.core.module import load_module
-    from behavioral_pq.core.toolchain import assemble, internalize_bitcode, needs_cxx_runtime, smaller_codegen
-    from behavioral_pq.lowering.backends import LlcBackend, lower
+    from behavioral_pq.core.toolchain import internalize_bitcode
     from behavioral_pq.lowering.harness import defines_main, harness_for
-    from behavioral_pq.lowering.speed import SpeedBackend
-    from behavioral_pq.tasks.guidance import Trials, describe_steps, recommend_pipeline
-    from behavioral_pq.tasks.guidance.trials import candidate_target
-    from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS
 
     if args.auto_passes and args.passes:
         raise ValueError("give --auto-passes or --passes, not both")
@@ -305,6 +309,40 @@ def cmd_compile(args) -> int:
             raise ValueError(f"{module.name}: --whole-program needs a program that defines main (give all its files)")
         module = load_module(internalize_bitcode(module.bitcode), name=module.name)
         print("   whole program: every definition but main made internal (as LTO does for an executable)")
+    check = None
+    if args.objective != "speed" and not args.no_verify:
+        # the reference build and run first: a missing input, a program that does not link or a run that fails
+        # is said now, not after the search
+        bound = {"max_assembly_bytes": None} if args.backend == "llc" else {}
+        check = harness_for(module, reference=original, run=run, run_timeout=args.run_timeout, **bound)
+        if defines_main(module):
+            print(f"   check:     the -O0 reference runs with {run.describe()}: exit status "
+                  f"{check.expected_status}, {check.expected_streams[0].size:,} bytes on stdout, "
+                  f"{len(check.expected_files)} files written")
+    try:
+        return _compile(args, module, original, target, check, run, ranker, encoder, codegen_flags, outputs, stem,
+                        start)
+    finally:
+        if check is not None:
+            check.close()
+
+
+def _compile(args, module, original, target, check, run, ranker, encoder, codegen_flags, outputs, stem,
+             start) -> int:
+    """The rest of :func:`cmd_compile` once the program is loaded and its check (``check``, a harness, or None
+    without one) is made: search, optimize, lower, write."""
+    from behavioral_pq.artifacts import write_text_atomic
+    from behavioral_pq.core.passes import optimize
+    from behavioral_pq.core.catalog import steps_pipeline
+    from behavioral_pq.core.engine import default_engine
+    from behavioral_pq.core.toolchain import assemble, needs_cxx_runtime, smaller_codegen
+    from behavioral_pq.lowering.backends import LlcBackend, lower
+    from behavioral_pq.lowering.harness import defines_main, harness_for
+    from behavioral_pq.lowering.speed import SpeedBackend
+    from behavioral_pq.tasks.guidance import Trials, describe_steps, recommend_pipeline
+    from behavioral_pq.tasks.guidance.trials import candidate_target
+    from behavioral_pq.tasks.guidance.recommend import SIZE_SEEDS
+
     if args.objective == "speed":
         from tqdm import tqdm
 
@@ -319,7 +357,7 @@ def cmd_compile(args) -> int:
             if args.no_verify:
                 lowering = backend.lower(module, None, progress=show)
             else:
-                with harness_for(module, run=run, max_assembly_bytes=None) as harness:
+                with harness_for(module, run=run, max_assembly_bytes=None, run_timeout=args.run_timeout) as harness:
                     lowering = backend.lower(module, harness, progress=show)
         choice = backend.last
         order = {c.label: k for k, c in enumerate(backend.candidates)}
@@ -381,7 +419,7 @@ def cmd_compile(args) -> int:
                               relocation_model=args.relocation_model, outline=outline, block_placement=placement,
                               flags=flags)
                    if args.backend == "llc" else _llm_backend(args))
-        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run=run)
+        lowering = lower(optimized, backend, verify=not args.no_verify, reference=original, run=run, harness=check)
     print(f"4. lower      {lowering.backend}, {len(lowering.assembly.splitlines())} lines of assembly "
           f"({lowering.seconds:.2f} s)")
     _print_lowering(lowering)
@@ -486,6 +524,9 @@ def _add_run_options(p) -> None:
                         "files a run creates or changes there are compared")
     g.add_argument("--expect-exit", type=int, metavar="N",
                    help="the exit status the reference run should end with (default 0: another stops the command)")
+    g.add_argument("--run-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds each checked (or timed) run may take (default 10); a reference run that takes "
+                        "longer stops the command")
     g.add_argument("--compare-stderr", action="store_true", help="compare standard error too (default: stdout, "
                                                                  "exit status and written files)")
 

@@ -132,7 +132,7 @@ def make_backend(backend: Union[str, LlcBackend, LLMBackend] = "llc", **options)
 
 def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: Optional[Task] = None,
           verify: Optional[bool] = None, reference=None, run_args: Sequence[str] = (), run: Optional[RunInput] = None,
-          **options) -> Lowering:
+          harness: Optional[Harness] = None, run_timeout: Optional[float] = None, **options) -> Lowering:
     """Lower a module to x86-64 assembly.
 
     Args:
@@ -145,6 +145,9 @@ def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: 
             the unoptimized module to check the passes too) with ``run`` (a
             :class:`~behavioral_pq.lowering.runs.RunInput`: arguments, stdin, files shown, expected exit status)
             or ``run_args`` alone; any other is assembled and its symbols checked.
+        harness: a harness made beforehand (:func:`~behavioral_pq.lowering.harness.harness_for`, e.g. to run the
+            reference before a long search), used instead of one made here; the caller closes it.
+        run_timeout: seconds a checked run may take (default: the harness's, 10).
 
     Raises:
         LoweringError: the LLM produced no verified assembly. ReferenceRunError (a LoweringError): the reference
@@ -158,6 +161,10 @@ def lower(module, backend: Union[str, LlcBackend, LLMBackend] = "llc", *, task: 
     if not verify:
         return backend.lower(module)
     # llc's own output is as trusted as the module it comes from: only a model's answers are size-bounded
-    bound = {} if backend.name == "llm" else {"max_assembly_bytes": None}
-    with harness_for(module, task, reference=reference, args=run_args, run=run, **bound) as harness:
+    if harness is not None:
         return backend.lower(module, harness)
+    bound = {} if backend.name == "llm" else {"max_assembly_bytes": None}
+    if run_timeout is not None:
+        bound["run_timeout"] = run_timeout
+    with harness_for(module, task, reference=reference, args=run_args, run=run, **bound) as made:
+        return backend.lower(module, made)

@@ -640,7 +640,8 @@ class ProgramHarness(Harness):
                   "visible to it only when named there, and writable only in --writable-dir)")
         if result.timed_out:
             what = f"did not finish in {result.seconds:.0f} s"
-            hint = inputs.format("finish")
+            hint = (f"{inputs.format('finish')}, or let it run longer (--run-timeout SECONDS; now "
+                    f"{self.run_timeout:g} s)")
         elif result.returncode is None:
             what = describe(result)[1].split(";")[0]
             hint = "a check of a crash proves nothing: " + inputs.format("run")

@@ -28,6 +28,7 @@ refuses directives that read files (``.include``, ``.incbin``) before anything r
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import hashlib
@@ -163,6 +164,7 @@ class PidsCgroup:
         base = _pids_hierarchy()
         if base is None:
             return
+        _remove_leaving()
         path = base / f"bpq-sandbox-{os.getpid()}-{next(_CGROUP_COUNTER)}"
         try:
             path.mkdir()
@@ -185,12 +187,27 @@ class PidsCgroup:
                 os.close(fd)
 
     def close(self) -> None:
+        """Kill what is left in the cgroup and remove it; where its processes are still leaving (a PID
+        namespace's teardown takes milliseconds), it is removed later, by the next :class:`PidsCgroup` or at
+        exit, instead of waiting here."""
         if self.path is not None:
-            _remove_cgroup(self.path)
+            if not _remove_cgroup(self.path, seconds=0.0):
+                _LEAVING.append(self.path)
             self.path = None
 
 
 _CGROUP_COUNTER = iter(range(1 << 62))
+#: cgroups whose processes were killed and are still leaving
+_LEAVING: List[Path] = []
+
+
+def _remove_leaving(seconds: float = 0.0) -> None:
+    for path in list(_LEAVING):
+        if _remove_cgroup(path, seconds=seconds):
+            _LEAVING.remove(path)
+
+
+atexit.register(_remove_leaving, 10.0)
 
 
 @functools.lru_cache(maxsize=1)
@@ -223,9 +240,10 @@ def _pids_hierarchy() -> Optional[Path]:
     return None
 
 
-def _remove_cgroup(path: Path, seconds: float = 10.0) -> None:
-    """Kill what is left in a cgroup and remove it (a cgroup is removed once it holds no process)."""
-    deadline = time.monotonic() + seconds
+def _remove_cgroup(path: Path, seconds: float = 10.0) -> bool:
+    """Kill what is left in a cgroup and remove it (a cgroup is removed once it holds no process), trying for up
+    to ``seconds``; whether it is gone."""
+    deadline, pause = time.monotonic() + seconds, 0.0005
     while True:
         try:
             pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
@@ -238,14 +256,16 @@ def _remove_cgroup(path: Path, seconds: float = 10.0) -> None:
                 pass
         try:
             path.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
-            if time.monotonic() > deadline:
-                log.warning("%s: could not remove the sandbox's cgroup", path)
-                return
-            time.sleep(0.02)
+            if time.monotonic() >= deadline:
+                if seconds > 0:
+                    log.warning("%s: could not remove the sandbox's cgroup", path)
+                return False
+            time.sleep(pause)   # the killed processes leave the cgroup within a millisecond or two
+            pause = min(2 * pause, 0.05)
 
 
 def remove_tree(path: os.PathLike) -> None:
