@@ -8,7 +8,7 @@ VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
-packages="llvm-19-dev clang-19 llvm-19 csmith libcsmith-dev bubblewrap cmake ninja-build g++ make python3-dev python3-venv"
+packages="llvm-19-dev clang-19 llvm-19 csmith libcsmith-dev bubblewrap cmake ninja-build g++ make python3-dev python3-venv zlib1g-dev"
 missing=""
 for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

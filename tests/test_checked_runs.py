@@ -69,6 +69,7 @@ def test_a_file_outside_usr_is_invisible_unless_named(tmp_path):
     assert beside.returncode != 0 and b"No such file" in beside.stderr
 
 
+@pytest.mark.slow
 def test_a_program_reading_a_file_outside_usr_is_checked_and_timed_on_its_real_run(tmp_path):
     """The issue's case: the input file lives in a temporary folder. Reference and build read it (their output
     holds its content), and the speed objective times the real run (it sleeps 250 ms), not the error exit of a
@@ -179,6 +180,7 @@ def test_files_written_in_the_working_folder_are_compared(tmp_path):
         assert verdict.stage == "wrong-output" and "wrote result.txt, which the reference did not" in verdict.message
 
 
+@pytest.mark.slow
 def test_a_bare_check_says_it_ran_with_no_arguments_and_empty_stdin(tmp_path):
     source = program(tmp_path, "hello", HEADERS + 'int main(void) { puts("hello"); return 0; }\n')
     proc = bpq("compile", source, "-o", tmp_path / "hello")

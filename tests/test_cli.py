@@ -46,6 +46,7 @@ def test_spectrum_outputs(tmp_path):
     np.testing.assert_allclose(np.array(data["spectrum"], dtype=np.float32), values, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_optimize_writes_a_verified_module(tmp_path):
     out_ll = tmp_path / "o.ll"
     out = bpq("optimize", EXAMPLES / "sum_array.c", "--passes", "Oz", "-o", out_ll)
@@ -152,6 +153,7 @@ def test_embed_predict_features_take_whole_programs(tmp_path):
     assert features["features"] == expected["features"] and features["features"]["TotalInsts"] > 0
 
 
+@pytest.mark.slow
 def test_whole_program_arguments_are_checked(tmp_path):
     project, db = _project(tmp_path)
     both = bpq("embed", "--link", project / "tool1.c", "--compile-commands", db)

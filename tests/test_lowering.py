@@ -423,6 +423,7 @@ def test_cli_compile_auto_passes_builds_a_program_that_prints_the_same(tmp_path)
     assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == reference_stdout(source, tmp_path)
 
 
+@pytest.mark.slow
 def test_cli_compile_for_size_keeps_the_smaller_of_oz_and_os(tmp_path):
     """A counted loop: -Oz leaves it top-tested with its trip count computed, -Os rotates it and is smaller."""
     from behavioral_pq.core.target import Target
@@ -766,6 +767,7 @@ def test_every_checked_run_starts_in_an_empty_folder(tmp_path):
     assert "verification: ok" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_compile_whole_program_internalizes_and_drops_what_nothing_calls(tmp_path):
     """Two files: main calls scale() once; table_sum() is defined but never called. Separately compiled, both
     stay; as a whole program, table_sum goes, scale is inlined, and the program prints the same."""
