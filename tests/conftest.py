@@ -1,4 +1,5 @@
 import os
+import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -29,3 +30,14 @@ def examples():
     import behavioral_pq as bpq
 
     return {p.stem: bpq.load_module(p) for p in sorted(EXAMPLES.glob("*.c"))}
+
+
+def plant_plugin(folder: Path, marker: Path) -> Path:
+    """A unit ``a.c`` and a plugin ``evil.so`` in ``folder`` whose constructor creates ``marker`` when anything
+    loads it (a clang plugin flag that gets through shows as the marker file)."""
+    (folder / "a.c").write_text("int a(int x) { return x + 1; }\n")
+    (folder / "evil.c").write_text('#include <stdio.h>\n__attribute__((constructor)) static void touch(void) '
+                                   f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
+    subprocess.run(["clang-19", "-shared", "-fPIC", "-o", str(folder / "evil.so"), str(folder / "evil.c")],
+                   check=True, timeout=60)
+    return folder / "evil.so"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, plant_plugin
 
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.errors import CorpusError, LibraryError, OutputPathError
@@ -103,12 +103,7 @@ def test_the_shim_writes_bitcode_and_ir_whole(gym_env, tmp_path):
 @pytest.fixture
 def plugin(tmp_path):
     """A folder with a unit and a planted plugin whose constructor writes a marker when anything loads it."""
-    (tmp_path / "a.c").write_text("int a(int x) { return x + 1; }\n")
-    marker = tmp_path / "PLUGIN-RAN"
-    (tmp_path / "evil.c").write_text('#include <stdio.h>\n__attribute__((constructor)) static void touch(void) '
-                                     f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
-    subprocess.run(["clang-19", "-shared", "-fPIC", "-o", str(tmp_path / "evil.so"), str(tmp_path / "evil.c")],
-                   check=True, timeout=60)
+    plant_plugin(tmp_path, tmp_path / "PLUGIN-RAN")
     return tmp_path
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import plant_plugin
 
 import behavioral_pq as bpq
 from behavioral_pq.core.toolchain import compile_to_bitcode
@@ -49,12 +50,7 @@ def hostile(tmp_path):
     """A folder with a unit, a planted plugin and assembler, the files that hand clang more flags, and a secret."""
     folder = tmp_path / "proj"
     (folder / "bin").mkdir(parents=True)
-    (folder / "a.c").write_text("int a(int x) { return x + 1; }\n")
-    marker = tmp_path / "PLUGIN-RAN"
-    (folder / "evil.c").write_text('#include <stdio.h>\n__attribute__((constructor)) static void touch(void) '
-                                   f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
-    subprocess.run(["clang-19", "-shared", "-fPIC", "-o", str(folder / "evil.so"), str(folder / "evil.c")],
-                   check=True, timeout=60)
+    plant_plugin(folder, tmp_path / "PLUGIN-RAN")
     (folder / "bin" / "as").write_text(f"#!/bin/sh\ntouch {tmp_path / 'AS-RAN'}\nexit 1\n")
     (folder / "bin" / "as").chmod(0o755)
     (folder / "plug.rsp").write_text(f"-fplugin={folder / 'evil.so'}\n")
