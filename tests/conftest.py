@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 from importlib import resources
@@ -10,6 +12,7 @@ import pytest
 # touches the user's cache folder (subprocesses of the CLI inherit both).
 os.environ["BPQ_NO_CACHE"] = "1"
 os.environ["BPQ_CACHE_DIR"] = tempfile.mkdtemp(prefix="bpq-test-cache-")
+atexit.register(shutil.rmtree, os.environ["BPQ_CACHE_DIR"], ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
