@@ -40,7 +40,7 @@ from behavioral_pq.artifacts import (
 )
 from behavioral_pq.config import read_bounded
 from behavioral_pq.core.catalog import BASELINES, OZ_LIKE_ORDER, PASSES, get_pass
-from behavioral_pq.embedding.encoder import load_encoder, shipped
+from behavioral_pq.embedding.encoder import COUNT_NAMES, load_encoder, shipped
 from behavioral_pq.errors import BPQError, LibraryError
 
 logger = logging.getLogger(__name__)
@@ -199,8 +199,14 @@ class ProgramLibrary:
         return self._index
 
     def neighbors(self, embedding: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """The ``k`` nearest programs of one embedding float32 (D,): (indices int64 (k,), squared distances)."""
+        """The ``k`` nearest programs of one embedding float32 (D,): (indices int64 (k,), squared distances).
+
+        A library embedded under pooling "mean" also takes an embedding of its encoder under a count pooling
+        ("mean+counts", "mean+changes": what :func:`embed` gives with the shipped encoder): those begin with the
+        same mean of the encoder's states, followed by the count tail (8 values per row), and the library
+        compares the mean part."""
         embedding = np.asarray(embedding, np.float32).reshape(1, -1)
+        embedding = self._own_part(embedding)
         if embedding.shape[1] != self.dim:
             raise LibraryError(f"embedding has {embedding.shape[1]} dimensions, the library {self.dim} (its "
                                f"programs were embedded by {self.encoder.get('name')!r} under pooling "
@@ -209,6 +215,14 @@ class ProgramLibrary:
         distances, indices = self.index.search(self._standardized(embedding), min(k, len(self)))
         keep = indices[0] >= 0
         return indices[0][keep].astype(np.int64), distances[0][keep]
+
+    def _own_part(self, embedding: np.ndarray) -> np.ndarray:
+        """The part of embedding float32 (1, D') that this library compares: the mean, when the library's pooling
+        is "mean" and D' = dim + 8 R (a count pooling's tail of R rows); otherwise the embedding as given."""
+        extra = embedding.shape[1] - self.dim
+        if self.encoder.get("pooling", "mean") == "mean" and extra > 0 and extra % len(COUNT_NAMES) == 0:
+            return np.ascontiguousarray(embedding[:, :self.dim])
+        return embedding
 
     def candidates(self, neighbors: Sequence[int]) -> List[Tuple[Steps, float]]:
         """Pipelines of the given programs (nearest first), ranked by a rank-weighted vote of their gains.
