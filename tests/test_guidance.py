@@ -705,3 +705,30 @@ def test_coreset_is_measured_resumably_saved_and_tried_first(lib_world, engine, 
             assert row["counts"]["coreset"]["1"] == min(count, row["oz_count"])
     library.learn("new-program", library.embeddings[0], {library.coreset[0]: 5, ("-gvn",): 4}, keep=0)
     assert library.coreset[0] in library.programs[-1].results      # learning keeps coreset pipelines
+
+
+def test_what_is_written_for_a_target_is_the_smallest_finalist_there(examples):
+    """A search in measure mode ranks its candidates by measure-mode counts; built for the target, another of
+    its best candidates can be smaller. The written module is the smallest finalist in target mode."""
+    import argparse
+
+    from behavioral_pq.cli.guidance import finalists, target_build
+    from behavioral_pq.core.target import resolve_target
+    from behavioral_pq.tasks.guidance import Recommendation
+
+    module = examples["list_sort"]
+    target = resolve_target("host", None)
+    oz = bpq.optimize(module, "Oz", target=target)
+    oz_gvn = bpq.optimize(module, "default<Oz>,function(gvn)", target=target).instruction_count
+    assert oz_gvn < oz.instruction_count                   # for the host, -Oz then -gvn beats -Oz
+    # the searched best (by its measure-mode count) is weak for the target; a finalist, -Oz -gvn, is not
+    found = Recommendation(("-mem2reg",), "function(mem2reg)", 40, 52, module.instruction_count, 3, 3, "library",
+                           tried=((("-mem2reg",), 40), (("-Oz", "-gvn"), 45), (("-sroa",), 60), (("-Oz",), 52)))
+    assert finalists(found) == [("-mem2reg",), ("-Oz", "-gvn")]      # -sroa and -Oz itself did not beat -Oz
+    built = target_build(module, found, oz, target, time.monotonic(), argparse.Namespace(seconds=None))
+    assert built["steps"] == ("-Oz", "-gvn") and built["result"].instruction_count == oz_gvn
+    assert "of 2 finalists -Oz -gvn gives" in built["note"]
+    alone = Recommendation(("-mem2reg",), "function(mem2reg)", 40, 52, module.instruction_count, 1, 1, "library",
+                           tried=((("-mem2reg",), 40),))
+    built = target_build(module, alone, oz, target, time.monotonic(), argparse.Namespace(seconds=None))
+    assert built["result"] is oz and built["steps"] == ("-Oz",) and "-Oz written" in built["note"]

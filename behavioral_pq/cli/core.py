@@ -107,6 +107,7 @@ def cmd_spectrum(args) -> int:
 def cmd_optimize(args) -> int:
     started = time.monotonic()    # --seconds counts from here, imports included
     from behavioral_pq.core.passes import optimize
+    from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.tasks.guidance import describe_steps
     from behavioral_pq.tasks.guidance.trials import candidate_target
 
@@ -140,7 +141,7 @@ def cmd_optimize(args) -> int:
         found, result = auto["recommendation"], auto["result"]
         if found.objective == "text-size":           # what the written module was compiled for (its size marks)
             target = candidate_target(target, found.steps)
-        pipeline = found.pipeline if auto["note"] is None else "default<Oz>"
+        pipeline = found.pipeline if auto["steps"] == found.steps else steps_pipeline(auto["steps"])
     else:
         pipeline = parse_passes(args.passes)
         if pipeline == "default<O0>" and args.target is None and args.cpu is None and not args.size_marks:
@@ -183,9 +184,10 @@ def cmd_optimize(args) -> int:
                   f"(IC_Oz / IC = {found.improvement:.3f}), {how}")
         if auto["oz"] is not None:
             oz = auto["oz"].instruction_count
-            ours = (f"the recommended pipeline {after} (IC_Oz / IC = {oz / max(after, 1):.3f})"
-                    if auto["note"] is None else auto["note"])
-            print(f"  {where} (written): -Oz gives {oz}; {ours}")
+            written = "the recommended pipeline" if auto["steps"] == found.steps else describe_steps(auto["steps"])
+            print(f"  {where} (written): -Oz gives {oz}; {written} {after} (IC_Oz / IC = {oz / max(after, 1):.3f})")
+            if auto["note"] is not None:
+                print(f"  note: {auto['note']}")
         for note in found.notes:
             print(f"  note: {note}")
         print(f"  pipeline: {describe_steps(found.steps)}")

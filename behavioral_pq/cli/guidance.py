@@ -113,8 +113,8 @@ def run_auto(args, module, target=None, started=None) -> dict:
                                                learn=args.learn, progress=bar, objective=objective,
                                                target=target if objective == "text-size" else None,
                                                seconds=None if left is None else max(1e-3, left),
-                                               reserve_builds=int(rebuild), ranker=ranker)
-        auto = {"recommendation": found, "result": result, "oz": None, "note": None}
+                                               reserve_builds=2 * int(rebuild), ranker=ranker)
+        auto = {"recommendation": found, "result": result, "oz": None, "note": None, "steps": found.steps}
         if rebuild:
             bar.step("build for the target")
             auto.update(target_build(module, found, oz.result(), target, started, args))
@@ -133,32 +133,74 @@ def _built(module, pipeline: str, target):
     return Module(bitcode, name=module.name, source=module.source)
 
 
+FINALISTS = 4   # the best candidates of a measure-mode search that are built for the target before one is written
+
+
+def finalists(found, count: int = FINALISTS) -> list:
+    """The recommended pipeline's steps, then the next best distinct candidates the search measured that beat -Oz
+    there (smallest value first, the search's order among ties): at most ``count``."""
+    from behavioral_pq.tasks.guidance import OZ
+
+    chosen = [found.steps]
+    ranked = sorted((value, i, tuple(steps)) for i, (steps, value) in enumerate(found.tried)
+                    if value is not None and value < found.oz_count and tuple(steps) != (OZ,))
+    for _, _, steps in ranked:
+        if len(chosen) >= count:
+            break
+        if steps not in chosen:
+            chosen.append(steps)
+    return chosen
+
+
 def target_build(module, found, oz, target, started: float, args) -> dict:
-    """What ``bpq optimize --auto`` writes when it searched in measure mode: the module after the recommended
-    pipeline in target mode for ``target``, built within what is left of ``--seconds``, or ``oz`` (the module
-    after -Oz in target mode, the floor) when that build is not smaller or did not end in time."""
+    """What ``bpq optimize --auto`` writes when it searched in measure mode: the smallest of the search's
+    :func:`finalists` built in target mode for ``target`` (a pipeline's count in measure mode does not always
+    rank it the same way for the target), within what is left of ``--seconds``; or ``oz`` (the module after -Oz in
+    target mode, the floor) when no finalist's build is smaller or none ended in time. Returns ``oz``, ``result``,
+    ``steps`` (what was written) and ``note`` (None when the searched pipeline itself was written)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.core.engine import default_engine
     from behavioral_pq.core.module import Module
     from behavioral_pq.errors import DeadlineError
-    from behavioral_pq.tasks.guidance import OZ
+    from behavioral_pq.tasks.guidance import OZ, describe_steps
 
+    floor = {"oz": oz, "result": oz, "steps": (OZ,)}
     if found.steps == (OZ,):
-        return {"oz": oz, "result": oz, "note": None}
-    late = {"oz": oz, "result": oz, "note": "the recommended pipeline's build did not end within --seconds: "
-                                            "-Oz written"}
+        return {**floor, "note": None}
+    late = {**floor, "note": "the recommended pipeline's build did not end within --seconds: -Oz written"}
     left = seconds_left(args, started)
     if left is not None and left <= 0:
         return late
-    try:
-        bitcode = default_engine().run_pipeline(module.bitcode, found.pipeline, module.name, target=target,
-                                                deadline=None if left is None else time.monotonic() + left)
-    except DeadlineError:
+    deadline = None if left is None else time.monotonic() + left
+    engine = default_engine()
+
+    def build(steps):
+        try:
+            pipeline = found.pipeline if steps == found.steps else steps_pipeline(steps)
+            bitcode = engine.run_pipeline(module.bitcode, pipeline, module.name, target=target, deadline=deadline)
+        except DeadlineError:
+            return None
+        return Module(bitcode, name=module.name, source=module.source)
+
+    candidates = finalists(found)
+    with ThreadPoolExecutor(max(1, min(len(candidates), engine.workers))) as pool:
+        built = list(pool.map(build, candidates))
+    done = [(result.instruction_count, i) for i, result in enumerate(built) if result is not None]
+    if not done:
         return late
-    result = Module(bitcode, name=module.name, source=module.source)
-    if result.instruction_count >= oz.instruction_count:
-        return {"oz": oz, "result": oz, "note": f"the recommended pipeline gives {result.instruction_count} here: "
-                                                "-Oz written"}
-    return {"oz": oz, "result": result, "note": None}
+    count, best = min(done)
+    if count >= oz.instruction_count:
+        return {**floor, "note": f"the recommended pipeline gives {built[0].instruction_count if built[0] else '?'} "
+                                 f"here (the best of {len(candidates)} finalists {count}): -Oz written"}
+    note = None
+    if best != 0:
+        searched = built[0].instruction_count if built[0] is not None else None
+        note = (f"built for the target, the searched best gives "
+                f"{searched if searched is not None else 'no result in time'}; of {len(candidates)} finalists "
+                f"{describe_steps(candidates[best])} gives {count}: written")
+    return {"oz": oz, "result": built[best], "steps": candidates[best], "note": note}
 
 
 def cmd_library_build(args) -> int:
