@@ -1,4 +1,5 @@
-# behavioral_pq: `make demo` sets up and runs the demo; `make test` runs the default test suite.
+# behavioral_pq: `make demo` sets up and runs the demo; `make test` runs the default test suite; `make docs` builds
+# the documentation site into site/ (a warning or a broken link fails it).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The package is installed editable: edits to its Python files need no reinstall; the native core (src/native),
@@ -9,7 +10,7 @@ SETUP_STAMP := $(VENV)/.bpq-setup
 PACKAGE_FILES := $(VENV)/.bpq-package-files
 SETUP_INPUTS := $(wildcard src/native/*) CMakeLists.txt pyproject.toml scripts/setup.sh $(PACKAGE_FILES)
 
-.PHONY: setup demo test test-all bench clean FORCE
+.PHONY: setup demo test test-all docs bench clean FORCE
 
 setup: $(SETUP_STAMP)
 
@@ -32,8 +33,11 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q
 
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: setup
-	$(PY) bench/bench_spectra.py
+	$(PY) bench/spectra/bench_spectra.py
 
 clean:
-	rm -rf build bpq-demo .pytest_cache
+	rm -rf build bpq-demo site .pytest_cache

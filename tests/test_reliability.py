@@ -199,12 +199,13 @@ def test_a_probe_set_file_with_a_non_utf8_byte_is_a_probe_set_error(tmp_path):
 # -- inputs ------------------------------------------------------------------------------------------------------
 
 def test_input_fault_matrix_through_the_cli(tmp_path):
-    """A slice of bench/fault_inputs.py: bad inputs give one clean error line naming the input; no shell runs."""
-    sys.path.insert(0, str(REPO / "bench"))
+    """A slice of bench/faults/fault_inputs.py: bad inputs give one clean error line naming the input; no shell
+    runs."""
+    sys.path.insert(0, str(REPO / "bench" / "faults"))
     try:
         import fault_inputs
     finally:
-        sys.path.remove(str(REPO / "bench"))
+        sys.path.remove(str(REPO / "bench" / "faults"))
     result = fault_inputs.run_campaign(tmp_path, huge_mib=2, commands=["features", "lower"], timeout=120)
     defects = [r for r in result["records"] if r["outcome"] == "defect"]
     assert not defects, defects
@@ -218,7 +219,7 @@ def test_input_fault_matrix_through_the_cli(tmp_path):
 # -- the fuzz tool -----------------------------------------------------------------------------------------------
 
 def test_fuzz_campaign_tool_runs_resumes_and_replays(tmp_path):
-    script = REPO / "bench" / "fuzz_engine.py"
+    script = REPO / "bench" / "faults" / "fuzz_engine.py"
     out = tmp_path / "fuzz"
     run = [sys.executable, str(script), "run", "--out", str(out), "--modules", "6", "--batch", "3", "--seed", "3"]
     subprocess.run(run, check=True, capture_output=True, timeout=600)

@@ -44,7 +44,8 @@ POOLINGS = ("mean", "cls", "mean+counts", "mean+changes")
 #: ``expm1(log-relative) = (after + 1) / (before + 1) - 1``, the unit of the -Oz benefit itself, so that a linear head
 #: reads a probe's reduction as it reads the target. Both append log1p of the module's own counts for the module
 #: row of a "log-relative+module" encoder. Chosen on the valid projects among tails of 1, 2, 4 and 8 counts and the
-#: whole rows, then between the two units (downstream/README.md, "The embedding keeps its input, measured"; bench/size_tail.py).
+#: whole rows, then between the two units (downstream/README.md, "The embedding keeps its input, measured";
+#: bench/encoder/size_tail.py).
 COUNT_POOLINGS = ("mean+counts", "mean+changes")
 COUNT_NAMES = ("TotalInsts", "TotalBlocks", "TotalFuncs", "TotalMemInst", "NumAllocaInst", "NumLoadInst",
                "NumStoreInst", "NumPHIInst")

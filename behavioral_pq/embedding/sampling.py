@@ -30,8 +30,8 @@ from behavioral_pq.errors import BPQError
 #: Modules above this many IR instructions are sampled when large-module mode is on (``embed``'s default). A
 #: 40,000-instruction module took about 40 s whole with the first encoder's 100 probes on 2 cores.
 LARGE_MODULE_INSTRUCTIONS = 50_000
-#: Instructions a sample aims at. On 4 real programs of 77k-159k instructions (bench/large_modules.py), the mean
-#: absolute spectrum error against the exact spectrum was 0.57-0.67 with 10,000 and 0.22-0.40 with 25,000: rare
+#: Instructions a sample aims at. On 4 real programs of 77k-159k instructions (bench/spectra/large_modules.py), the
+#: mean absolute spectrum error against the exact spectrum was 0.57-0.67 with 10,000 and 0.22-0.40 with 25,000: rare
 #: features (a few ashr or sext in the sample) dominate it, so the sample must not be too small.
 SAMPLE_BUDGET = 25_000
 
