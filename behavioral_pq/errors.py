@@ -199,3 +199,8 @@ class HostCompilerFailure(BPQError, OSError):
 
 class UnableToParseHostCompilerOutput(HostCompilerFailure):
     """The host C++ compiler ran but printed no ``#include <...>`` search list."""
+
+
+class BenchmarkInitError(BPQError, OSError):
+    """A CompilerGym benchmark could not be made or built: a compilation job, the link of its units or its build
+    command failed (CompilerGym's error of the same name, an OSError as there); the message carries the stderr."""

@@ -179,7 +179,7 @@ def test_derived_observation_spaces(env):
         assert isinstance(caught.value, KeyError)
         with pytest.raises(UnsupportedSpaceError, match="LLVM 19"):
             env.observation_space = name
-    with pytest.raises(KeyError, match="Observation space not found: Autophse"):
+    with pytest.raises(KeyError, match="^'Autophse'$"):
         env.observation["Autophse"]
     env.observation.add_derived_space(id="IrLines", base_id="Ir", translate=lambda ir: ir.count("\n"))
     assert env.observation.IrLines() == env.ir.count("\n") > 0
@@ -329,7 +329,7 @@ def test_datasets_over_a_folder_and_a_store(tmp_path):
                                                  "generator://llvm-stress-v0"]
     with pytest.raises(ValueError, match="NAME-vN"):
         env.datasets.register("mine", folder)
-    with pytest.raises(UnknownBenchmarkError, match="no such benchmark"):
+    with pytest.raises(UnknownBenchmarkError, match="^Benchmark not found: benchmark://mine-v0/sub/thrice$"):
         env.datasets.benchmark("benchmark://mine-v0/sub/thrice")
     env.close()
 
@@ -347,7 +347,7 @@ def test_make_benchmark_from_sources_ir_and_clang_jobs(tmp_path):
     env.reset(benchmark=linked)
     assert env.benchmark == linked and {"@main", "@helper", "@twice"} <= set(
         env.observation["LexedIr"]["token_value"])
-    assert env.observation["IsRunnable"] == 1
+    assert env.observation["IsRunnable"] == 0       # a make_benchmark program has no build command
     (tmp_path / "twice.ll").write_text(env.ir)
     assert compiler_gym.compute_observation(env.observation.spaces["IrInstructionCount"], tmp_path / "twice.ll") \
         == env.observation["IrInstructionCount"]

@@ -4,7 +4,8 @@ Actions are the 124 catalog passes in CompilerGym's order and names. Observation
 per state; rewards follow CompilerGym's definitions. Every pass runs in the crash-contained engine (worker
 processes, fixed address layout), so a pass that aborts LLVM ends the episode (``terminated``, the error in
 ``info["error"]``) and the environment goes on working. Passes run in the engine's *measure* mode (no
-TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR for the host triple.
+TargetMachine), so ``ObjectTextSizeBytes`` is ``llc-19 -O2``'s .text of that IR for the host triple. ``Ir``
+starts as CompilerGym's does (``; ModuleID = '-'`` and ``source_filename = "-"``).
 
 With the package's :class:`~behavioral_pq.core.engine.Engine`, the episode's module stays live in the engine's
 session worker (:class:`~behavioral_pq.core.engine.LiveSession`): a step sends one pass and gets the instruction
@@ -529,6 +530,15 @@ class _Observations:
         return OBSERVATION_SPACES
 
 
+_HEADER = re.compile(r"\A; ModuleID = '[^\n]*'\n(?:source_filename = \"[^\n]*\"\n)?")
+
+
+def ir_text(module: Module) -> str:
+    """The module's IR text as CompilerGym's ``Ir`` observation starts it: ``; ModuleID = '-'`` and
+    ``source_filename = "-"`` (CompilerGym reads modules from stdin; modules here carry no file name)."""
+    return _HEADER.sub("; ModuleID = '-'\nsource_filename = \"-\"\n", module.text(), count=1)
+
+
 def _same_module(a: Module, b: Module, engine: Engine) -> bool:
     """Whether two modules are the same but for the names of local values and internal symbols."""
     if a.sha256 == b.sha256:
@@ -556,7 +566,7 @@ def _space(name: str) -> spaces.Space:
 _OBSERVERS: Dict[str, Callable[[LlvmEnv, Module], Any]] = {
     "Autophase": lambda env, m: autophase(m),
     "InstCount": lambda env, m: instcount(m),
-    "Ir": lambda env, m: m.text(),
+    "Ir": lambda env, m: ir_text(m),
     "Bitcode": lambda env, m: m.bitcode,
     "IrInstructionCount": lambda env, m: m.instruction_count,
     "IrInstructionCountO0": lambda env, m: m.instruction_count,

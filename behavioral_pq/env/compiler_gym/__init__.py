@@ -12,14 +12,17 @@ Everything of CompilerGym's ``LlvmEnv`` for pass ordering is here: the env ids i
 ``llvm-ic-v0``, ``llvm-codesize-v0``, ``llvm-autophase-ic-v0``, ...; also ``gymnasium.make("llvm-v0")``), the
 ``PassesAll`` action space (names are the flags), the observation and reward spaces and their views, state,
 ``fork`` / ``apply`` / ``validate``, :mod:`.wrappers` and :mod:`.datasets` (local folders and corpus stores as
-datasets; nothing is downloaded). Not here: ProGraML and inst2vec observations (no maintained package serves
-LLVM 19: asking for them raises UnsupportedSpaceError), its gRPC service and dataset downloads.
+datasets; nothing is downloaded), ``Benchmark.proto`` (plain dataclasses with the protobuf messages' fields,
+``dynamic_config`` included), the ``observation_spaces`` / ``reward_spaces`` enums and ``__version__`` (this
+package's, which ``env.version`` also reports). Not here: ProGraML and inst2vec observations (no maintained
+package serves LLVM 19: asking for them raises UnsupportedSpaceError), its gRPC service and dataset downloads.
 """
 
 from __future__ import annotations
 
 import gymnasium
 
+from behavioral_pq._version import __version__
 from behavioral_pq.env.compiler_gym import datasets, gym, spaces, wrappers
 from behavioral_pq.env.compiler_gym.benchmarks import (
     BenchmarkFromCommandLine,
@@ -28,7 +31,15 @@ from behavioral_pq.env.compiler_gym.benchmarks import (
     make_benchmark,
     make_benchmark_from_command_line,
 )
-from behavioral_pq.env.compiler_gym.datasets import Benchmark, Dataset, Datasets, register_dataset
+from behavioral_pq.env.compiler_gym.datasets import (
+    Benchmark,
+    BenchmarkInitError,
+    BenchmarkProto,
+    Dataset,
+    Datasets,
+    File,
+    register_dataset,
+)
 from behavioral_pq.env.compiler_gym.env import (
     LLVM_ENVS,
     CompilerEnv,
@@ -40,6 +51,7 @@ from behavioral_pq.env.compiler_gym.env import (
     compute_observation,
     make,
 )
+from behavioral_pq.env.compiler_gym.specs import observation_spaces, reward_spaces
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
 
 COMPILER_GYM_ENVS = list(LLVM_ENVS)
@@ -53,8 +65,9 @@ for _id, _kwargs in LLVM_ENVS.items():
 #: The name this shim had before it became CompilerGym's whole API.
 CompilerGymEnv = LlvmEnv
 
-__all__ = ["Benchmark", "BenchmarkFromCommandLine", "COMPILER_GYM_ENVS", "ClangInvocation", "CompilerEnv",
-           "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter", "CompilerGymEnv", "Dataset",
-           "Datasets", "LLVM_ENVS", "LlvmEnv", "ObservationSpaceSpec", "ObservationView", "RewardView",
-           "ValidationResult", "compute_observation", "datasets", "get_system_library_flags", "gym", "make",
-           "make_benchmark", "make_benchmark_from_command_line", "register_dataset", "spaces", "wrappers"]
+__all__ = ["Benchmark", "BenchmarkFromCommandLine", "BenchmarkInitError", "BenchmarkProto", "COMPILER_GYM_ENVS",
+           "ClangInvocation", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
+           "CompilerGymEnv", "Dataset", "Datasets", "File", "LLVM_ENVS", "LlvmEnv", "ObservationSpaceSpec",
+           "ObservationView", "RewardView", "ValidationResult", "__version__", "compute_observation", "datasets",
+           "get_system_library_flags", "gym", "make", "make_benchmark", "make_benchmark_from_command_line",
+           "observation_spaces", "register_dataset", "reward_spaces", "spaces", "wrappers"]

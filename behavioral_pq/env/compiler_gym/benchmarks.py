@@ -1,30 +1,49 @@
 """Custom benchmarks, CompilerGym 0.2.5's way: :func:`make_benchmark` from C/C++ sources, ``.ll`` / ``.bc`` files
-and :class:`ClangInvocation` jobs (compiled by clang-19 and linked into one module), and
-:func:`get_system_library_flags` (the host compiler's ``-isystem`` directories)."""
+and :class:`ClangInvocation` jobs (compiled by clang-19 and linked into one module),
+:func:`make_benchmark_from_command_line`, :func:`get_system_library_flags` (the host compiler's ``-isystem``
+directories), and the commands of a benchmark's ``dynamic_config`` (:func:`build_benchmark`,
+:func:`benchmark_runtimes`).
+
+A failing compilation job raises :class:`~behavioral_pq.errors.BenchmarkInitError`, an OSError as CompilerGym's
+is, with CompilerGym's text (``Compilation job failed with returncode 1``, the command, clang's stderr); a
+returncode is named as a signal only when it is one (CompilerGym 0.2.5 names exit code 1 ``SIGHUP``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 import os
+import re
 import secrets
 import shlex
+import signal
+import subprocess
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
-from behavioral_pq.core.module import load_module
+import numpy as np
+
+from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.toolchain import find_tool, link_bitcode, run_tool
 from behavioral_pq.corpus.inputs import recorded_flags
-from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark
+from behavioral_pq.env.compiler_gym.datasets import SOURCE_SUFFIXES, Benchmark, BenchmarkDynamicConfig, Command
 from behavioral_pq.errors import (
-    CompileError,
+    BenchmarkInitError,
     HostCompilerFailure,
     ToolError,
     ToolNotFoundError,
+    ToolTimeoutError,
     UnableToParseHostCompilerOutput,
 )
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a benchmark's command may run when its ``timeout_seconds`` is 0 (unset).
+COMMAND_TIMEOUT = 300
 
 #: clang 16 made three C89 idioms errors that CompilerGym's clang 10 only warned about (implicit function
 #: declarations, implicit int, int/pointer conversions); its benchmarks and users' programs rely on them.
@@ -52,6 +71,30 @@ def _system_library_flags(compiler: str) -> tuple:
         if (path / "machine").is_dir():
             flags += ["-isystem", str(path / "machine")]
     return tuple(flags)
+
+
+def _run(argv: Sequence[str], timeout: float, cwd: Optional[os.PathLike] = None,
+         env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """Run a benchmark's job or command (no shell, stdin empty); ToolTimeoutError past ``timeout``,
+    ToolNotFoundError when its program is missing. The exit status is the caller's to judge."""
+    argv = [str(a) for a in argv]
+    logger.debug("running %s", argv)
+    try:
+        return subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd=cwd,
+                              env=None if env is None else {**os.environ, **env}, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ToolTimeoutError(f"Command '{' '.join(argv)}' failed to complete within {timeout:g} seconds") \
+            from exc
+    except FileNotFoundError as exc:
+        raise ToolNotFoundError(f"{argv[0]} not found") from exc
+
+
+def _returncode(code: int) -> str:
+    """``-9 (SIGKILL)`` for a signal, else the number."""
+    try:
+        return f"{code} ({signal.Signals(-code).name})" if code < 0 else str(code)
+    except ValueError:
+        return str(code)
 
 
 def get_system_library_flags(compiler: Optional[str] = None) -> List[str]:
@@ -82,13 +125,18 @@ class ClangInvocation:
                     *(copt or []), str(path)], system_includes=system_includes, timeout=timeout)
 
     def run(self) -> bytes:
-        """The bitcode of the job; CompileError with clang's stderr when it fails."""
+        """The bitcode of the job; BenchmarkInitError (an OSError) with the command and clang's stderr when it
+        fails or writes no bitcode."""
         with tempfile.TemporaryDirectory(prefix="bpq-clang-") as tmp:
             out = Path(tmp) / "out.bc"
-            try:
-                run_tool(self.command(out), timeout=self.timeout)
-            except ToolError as exc:
-                raise CompileError(f"clang: {exc}") from None
+            command = self.command(out)
+            proc = _run(command, timeout=self.timeout)
+            if proc.returncode:
+                raise BenchmarkInitError(f"Compilation job failed with returncode {_returncode(proc.returncode)}\n"
+                                         f"Command: {' '.join(command)}\n"
+                                         f"Stderr: {proc.stderr.decode(errors='replace').strip()}")
+            if not out.is_file():
+                raise BenchmarkInitError(f"clang failed: {' '.join(command)}")
             return out.read_bytes()
 
 
@@ -100,8 +148,8 @@ def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt
     """A benchmark from C/C++ sources, ``.ll`` / ``.bc`` files and :class:`ClangInvocation` jobs, linked into one
     module: ``benchmark://file-v0/PATH`` for one IR file, else ``benchmark://user-v0/TIME-RANDOM-SHA`` (two
     benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing
-    input, ValueError for an unknown suffix, TypeError for an input of another type, CompileError /
-    InvalidIRError for one that does not compile or parse."""
+    input, ValueError for an unknown suffix, TypeError for an input of another type, BenchmarkInitError (an
+    OSError) for a job that fails or units that do not link, InvalidIRError for IR that does not parse."""
     inputs = [inputs] if isinstance(inputs, (str, Path, ClangInvocation)) else list(inputs)
     if not inputs:
         raise ValueError("no inputs")
@@ -124,16 +172,25 @@ def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt
                                                      timeout=timeout).run())
     single = len(inputs) == 1 and not isinstance(inputs[0], ClangInvocation)
     name = "benchmark" if isinstance(inputs[0], ClangInvocation) else Path(inputs[0]).stem
-    module = load_module(link_bitcode(units, timeout=timeout), name=name, engine=engine)
+    module = load_module(_link(units, timeout), name=name, engine=engine)
     if single and Path(inputs[0]).suffix in (".bc", ".ll"):
         return Benchmark(f"benchmark://file-v0{Path(inputs[0]).resolve()}", module)
     return Benchmark(f"benchmark://user-v0/{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}-"
                      f"{module.sha256[:8]}", module)
 
 
+def _link(units: List[bytes], timeout: float) -> bytes:
+    try:
+        return link_bitcode(units, timeout=timeout)
+    except ToolError as exc:
+        raise BenchmarkInitError(f"Failed to link LLVM bitcodes with error: {exc}") from None
+
+
 class BenchmarkFromCommandLine(Benchmark):
-    """The module of a compiler command line's sources, which :meth:`compile` builds back into the command's
-    output (its object files and libraries linked in): ``benchmark://clang-v0/QUOTED-COMMAND``."""
+    """The module of a compiler command line's sources: ``benchmark://clang-v0/QUOTED-COMMAND``. Its
+    ``dynamic_config.build_cmd`` is the command with the module in place of the sources (object files and
+    libraries kept; the output an absolute path), so it is buildable: ``reset()`` builds the command's output,
+    as CompilerGym's does, and :meth:`compile` builds it again from the current module."""
 
     def __init__(self, argv: Sequence[str], sources: Sequence[str], module, timeout: int):
         super().__init__(f"benchmark://clang-v0/{urllib.parse.quote_plus(shlex.join(argv))}", module)
@@ -147,18 +204,69 @@ class BenchmarkFromCommandLine(Benchmark):
                 output, skip = argv[i + 1], True
             elif arg not in sources and arg not in ("-c", "-S"):
                 command.append(os.path.abspath(arg) if arg.endswith(".o") else arg)
-        self.output_path = Path(output)
-        self.build_command = [*command, "-xir", "$IN", "-o", str(self.output_path)]
+        self.output_path = Path(os.path.abspath(output))
+        self.dynamic_config.build_cmd = Command(argument=[*command, "-xir", "$IN", "-o", str(self.output_path)],
+                                                outfile=[str(self.output_path)], timeout_seconds=int(timeout))
         self.timeout = timeout
 
     def compile(self, env, timeout: int = 60) -> None:
-        """Build the command's output from ``env``'s current module; CompileError with the linker's output."""
+        """Build the command's output from ``env``'s current module (in the current folder, as CompilerGym);
+        BenchmarkInitError with the compiler's stderr when the build fails."""
         with tempfile.TemporaryDirectory(prefix="bpq-lower-") as tmp:
             bitcode = env.write_bitcode(Path(tmp) / "in.bc")
-            try:
-                run_tool([str(bitcode) if c == "$IN" else c for c in self.build_command], timeout=timeout)
-            except ToolError as exc:
-                raise CompileError(f"Failed to lower LLVM bitcode: {exc}") from None
+            command = dataclasses.replace(self.dynamic_config.build_cmd, timeout_seconds=int(timeout))
+            run_benchmark_command(command, cwd=Path.cwd(), bitcode=bitcode)
+
+
+def run_benchmark_command(command: Command, cwd: Path, bitcode: Path) -> float:
+    """Run one command of a benchmark's ``dynamic_config`` in ``cwd`` (no shell: ``$CC``, ``$IN`` and the
+    command's ``env`` variables are put into its arguments, and set in its environment); the wall seconds it
+    took. BenchmarkInitError (an OSError) with CompilerGym's text when an ``infile`` is missing before, it exits
+    non-zero, or an ``outfile`` is missing after; ToolTimeoutError past ``timeout_seconds``."""
+    variables = {"CC": find_tool("clang"), "IN": str(bitcode), **command.env}
+    argv = [re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), arg)
+            for arg in command.argument]
+    line = " ".join(argv)
+    for name in command.infile:
+        if not (cwd / name).exists():
+            raise BenchmarkInitError(f"Command '{line}' missing required file: {name}")
+    start = time.perf_counter()
+    proc = _run(argv, timeout=command.timeout_seconds or COMMAND_TIMEOUT, cwd=cwd, env=variables)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        stderr = proc.stderr.decode(errors="replace").strip()
+        raise BenchmarkInitError(f"Command '{line}' failed with exit code {proc.returncode}" +
+                                 (f": {stderr}" if stderr else ""))
+    for name in command.outfile:
+        if not (cwd / name).exists():
+            raise BenchmarkInitError(f"Command '{line}' did not produce expected file: {name}")
+    return seconds
+
+
+def build_benchmark(module: Module, config: BenchmarkDynamicConfig, folder: Path) -> float:
+    """Build ``module`` with ``config.build_cmd`` in ``folder`` (its bitcode written there as ``out.bc``, the
+    ``$IN``); the seconds the build took. Errors as :func:`run_benchmark_command`."""
+    bitcode = folder / "out.bc"
+    bitcode.write_bytes(module.bitcode)
+    return run_benchmark_command(config.build_cmd, cwd=folder, bitcode=bitcode)
+
+
+def benchmark_runtimes(module: Module, config: BenchmarkDynamicConfig, runs: int, warmup: int = 0) -> np.ndarray:
+    """float64 (runs,): wall seconds of each timed run of ``config.run_cmd``, after a build and the
+    ``pre_run_cmd`` commands and ``warmup`` untimed runs, before the ``post_run_cmd`` commands, all in one
+    scratch folder (CompilerGym's order). Errors as :func:`run_benchmark_command`."""
+    with tempfile.TemporaryDirectory(prefix="bpq-benchmark-") as tmp:
+        folder = Path(tmp)
+        build_benchmark(module, config, folder)
+        bitcode = folder / "out.bc"
+        for command in config.pre_run_cmd:
+            run_benchmark_command(command, cwd=folder, bitcode=bitcode)
+        for _ in range(warmup):
+            run_benchmark_command(config.run_cmd, cwd=folder, bitcode=bitcode)
+        times = [run_benchmark_command(config.run_cmd, cwd=folder, bitcode=bitcode) for _ in range(runs)]
+        for command in config.post_run_cmd:
+            run_benchmark_command(command, cwd=folder, bitcode=bitcode)
+    return np.array(times, dtype=np.float64)
 
 
 _SOURCE_TYPES = (".c", ".cc", ".cpp", ".cxx", ".C")
@@ -179,6 +287,7 @@ def make_benchmark_from_command_line(cmd: Union[str, Sequence[str]], replace_dri
 
     Raises:
         ValueError: an empty or too short command, one that reads stdin, has no source, or has a refused flag.
+        BenchmarkInitError: a source does not compile (clang's stderr in the message) or the units do not link.
     """
     if not cmd:
         raise ValueError("Input command line is empty")
@@ -216,10 +325,11 @@ def make_benchmark_from_command_line(cmd: Union[str, Sequence[str]], replace_dri
                              "all, for a command you trust)")
     units = [ClangInvocation([*LEGACY_C_FLAGS, "-O1", "-Xclang", "-disable-llvm-passes", *flags, source],
                              system_includes=system_includes, timeout=timeout).run() for source in sources]
-    module = load_module(link_bitcode(units, timeout=timeout), name=Path(sources[0]).stem, engine=engine)
+    module = load_module(_link(units, timeout), name=Path(sources[0]).stem, engine=engine)
     return BenchmarkFromCommandLine(argv, sources, module, timeout)
 
 
-__all__ = ["BenchmarkFromCommandLine", "LEGACY_C_FLAGS", "ClangInvocation", "HostCompilerFailure",
-           "UnableToParseHostCompilerOutput", "get_system_library_flags", "make_benchmark",
-           "make_benchmark_from_command_line"]
+__all__ = ["BenchmarkFromCommandLine", "BenchmarkInitError", "COMMAND_TIMEOUT", "ClangInvocation",
+           "HostCompilerFailure", "LEGACY_C_FLAGS", "UnableToParseHostCompilerOutput", "benchmark_runtimes",
+           "build_benchmark", "get_system_library_flags", "make_benchmark", "make_benchmark_from_command_line",
+           "run_benchmark_command"]

@@ -6,10 +6,20 @@ programs (``benchmark://examples-v0/matmul``), and the csmith / llvm-stress gene
     env.datasets.register("mine-v0", "path/to/programs")        # or a corpus store folder
     env.reset(benchmark="benchmark://mine-v0/sub/prog")          # path/to/programs/sub/prog.c
     env.reset(benchmark=env.datasets["mine-v0"].random_benchmark())
+
+A benchmark is buildable and runnable as in CompilerGym: only when it says how it is built and run. The package's
+examples (``benchmark://examples-v0/...``) and Csmith programs are, the package's way (``llc-19 -O2``, linked by
+clang, run without arguments in the sandbox), when they have a ``main`` that links; a benchmark given a
+``build_cmd`` (and ``run_cmd``) in ``benchmark.proto.dynamic_config`` is, with those commands. Everything else is
+not, even with a ``main``: a file (``file://...``), a ``make_benchmark`` program, a registered folder or corpus
+store, llvm-stress modules (CompilerGym 0.2.5's ``IsBuildable`` / ``IsRunnable`` are 0 and ``Runtime`` /
+``Buildtime`` None for a benchmark without a build command, whatever its module holds: running a program needs
+its arguments and inputs, which a file does not carry).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -24,7 +34,7 @@ from behavioral_pq.core.module import Module
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.store import MANIFEST
 from behavioral_pq.env.llvm import load_benchmark
-from behavioral_pq.errors import InvalidIRError, UnknownBenchmarkError
+from behavioral_pq.errors import BenchmarkInitError, InvalidIRError, UnknownBenchmarkError
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".bc", ".ll")
 #: Benchmarks per dataset whose loaded module is kept for the next reset by URI.
@@ -36,6 +46,66 @@ def canonical_uri(uri: str) -> str:
     """``cbench-v1/crc32`` -> ``benchmark://cbench-v1/crc32`` (a URI with a scheme is kept)."""
     uri = str(uri)
     return uri if "://" in uri else f"benchmark://{uri}"
+
+
+# -- CompilerGym's Benchmark message, as plain dataclasses (attribute access as on the protobuf messages) ---------
+
+@dataclasses.dataclass
+class File:
+    """CompilerGym's ``File`` message: a program's ``contents`` (bytes) or the ``uri`` of a file holding it."""
+
+    contents: bytes = b""
+    uri: str = ""
+
+
+@dataclasses.dataclass
+class Command:
+    """CompilerGym's ``Command`` message: ``argument``, the command line (``$CC`` is clang-19, ``$IN`` the module's
+    bitcode file); ``env``, variables to set; ``timeout_seconds`` (0: 300); ``infile`` / ``outfile``, files that
+    must exist before / after it runs. It runs in the benchmark's scratch folder."""
+
+    argument: List[str] = dataclasses.field(default_factory=list)
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    timeout_seconds: int = 0
+    infile: List[str] = dataclasses.field(default_factory=list)
+    outfile: List[str] = dataclasses.field(default_factory=list)
+
+
+class Commands(list):
+    """A repeated ``Command`` field: a list with protobuf's ``add(**fields)``."""
+
+    def add(self, **fields) -> Command:
+        self.append(Command(**fields))
+        return self[-1]
+
+
+@dataclasses.dataclass
+class BenchmarkDynamicConfig:
+    """CompilerGym's ``BenchmarkDynamicConfig`` message: how the benchmark is built (``build_cmd``) and run
+    (``run_cmd``, between the ``pre_run_cmd`` and ``post_run_cmd`` commands)."""
+
+    build_cmd: Command = dataclasses.field(default_factory=Command)
+    run_cmd: Command = dataclasses.field(default_factory=Command)
+    pre_run_cmd: Commands = dataclasses.field(default_factory=Commands)
+    post_run_cmd: Commands = dataclasses.field(default_factory=Commands)
+
+    @property
+    def is_buildable(self) -> bool:
+        return bool(self.build_cmd.argument)
+
+    @property
+    def is_runnable(self) -> bool:
+        return bool(self.build_cmd.argument and self.run_cmd.argument)
+
+
+@dataclasses.dataclass
+class BenchmarkProto:
+    """CompilerGym's ``Benchmark`` message (``compiler_gym.service.proto.Benchmark``): ``uri``, ``program`` and
+    ``dynamic_config``."""
+
+    uri: str = ""
+    program: File = dataclasses.field(default_factory=File)
+    dynamic_config: BenchmarkDynamicConfig = dataclasses.field(default_factory=BenchmarkDynamicConfig)
 
 
 class BenchmarkUri(str):
@@ -57,16 +127,46 @@ class BenchmarkUri(str):
 
 class Benchmark:
     """A program to compile: its ``uri`` and where its module comes from (``source``: a path, IR or bitcode
-    bytes, a Module, or a generator or store URI). The module is loaded once and kept."""
+    bytes, a Module, or a generator or store URI). The module is loaded once and kept.
 
-    def __init__(self, uri: str, source: Union[str, os.PathLike, bytes, Module]):
+    ``runnable``: built and run the package's way (see the module docstring); else only a ``build_cmd`` /
+    ``run_cmd`` set in :attr:`proto`'s ``dynamic_config`` makes it buildable / runnable."""
+
+    def __init__(self, uri: str, source: Union[str, os.PathLike, bytes, Module], *, runnable: bool = False):
         self._uri = BenchmarkUri(canonical_uri(uri))
         self.source = source
+        self.runnable = runnable
         self._module: Optional[Module] = None
+        self._dynamic_config = BenchmarkDynamicConfig()
+        self._proto: Optional[BenchmarkProto] = None
 
     @property
     def uri(self) -> BenchmarkUri:
         return self._uri
+
+    @property
+    def proto(self) -> BenchmarkProto:
+        """CompilerGym's ``Benchmark`` message of this benchmark: ``uri``, ``program.contents`` (the file's bytes,
+        the IR or bitcode given, else the module's bitcode) and ``dynamic_config``, which is the benchmark's own:
+        a ``build_cmd`` set there makes it buildable, with a ``run_cmd`` runnable (read at the next ``reset``)."""
+        if self._proto is None:
+            self._proto = BenchmarkProto(uri=str(self.uri), program=File(contents=self._contents()),
+                                         dynamic_config=self._dynamic_config)
+        return self._proto
+
+    @property
+    def dynamic_config(self) -> BenchmarkDynamicConfig:
+        """How the benchmark is built and run (the same object as ``proto.dynamic_config``)."""
+        return self._dynamic_config
+
+    def _contents(self) -> bytes:
+        if isinstance(self.source, Module):
+            return self.source.bitcode
+        if isinstance(self.source, (bytes, bytearray)):
+            return bytes(self.source)
+        if isinstance(self.source, os.PathLike) or (isinstance(self.source, str) and Path(self.source).is_file()):
+            return Path(self.source).read_bytes()
+        return self.load(None).bitcode
 
     def load(self, engine) -> Module:
         """The benchmark's module (compiled or parsed on the first call)."""
@@ -76,6 +176,15 @@ class Benchmark:
             except InvalidIRError as exc:
                 raise InvalidIRError(f'Failed to parse LLVM bitcode: "{self.uri}": {exc}') from None
         return self._module
+
+    def is_buildable(self) -> bool:
+        """Whether the benchmark says how it is built (the package's way, or a ``build_cmd``)."""
+        return self.runnable or self._dynamic_config.is_buildable
+
+    def is_runnable(self) -> bool:
+        """Whether the benchmark says how it is built and run (the package's way, or ``build_cmd`` and
+        ``run_cmd``)."""
+        return self.runnable or self._dynamic_config.is_runnable
 
     def is_validatable(self) -> bool:
         """False: no benchmark here carries semantics checks (CompilerGym's cBench validators are not shipped)."""
@@ -88,7 +197,7 @@ class Benchmark:
     def from_file(cls, uri: str, path: os.PathLike) -> "Benchmark":
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"file not found: {path}")
+            raise FileNotFoundError(str(path))
         return cls(uri, path)
 
     @classmethod
@@ -176,7 +285,7 @@ class Dataset:
         if canonical.startswith(self.name + "/"):
             return canonical[len(self.name) + 1:]
         if "://" in uri:
-            raise UnknownBenchmarkError(f"{uri}: not in dataset {self.name}")
+            raise UnknownBenchmarkError(f"Benchmark not found: {uri}")
         return uri.lstrip("/")
 
     def __repr__(self) -> str:
@@ -192,10 +301,12 @@ class Dataset:
 
 
 class FilesDataset(Dataset):
-    """The C/C++/IR files of a folder (recursively): ``benchmark://NAME-vN/REL/PATH`` without the suffix."""
+    """The C/C++/IR files of a folder (recursively): ``benchmark://NAME-vN/REL/PATH`` without the suffix.
+    ``runnable``: its programs are built and run the package's way (see the module docstring)."""
 
-    def __init__(self, name: str, folder: os.PathLike, description: str = ""):
+    def __init__(self, name: str, folder: os.PathLike, description: str = "", *, runnable: bool = False):
         super().__init__(name, description or f"the programs in {folder}")
+        self.runnable = runnable
         self.folder = Path(folder).resolve()
         if not self.folder.is_dir():
             raise UnknownBenchmarkError(f"{folder}: no such folder")
@@ -214,8 +325,8 @@ class FilesDataset(Dataset):
     def benchmark(self, uri: Optional[str] = None) -> Benchmark:
         rel = next(iter(self._files)) if uri is None else self._path_of(uri)
         if rel not in self._files:
-            raise UnknownBenchmarkError(f"{self.name}/{rel}: no such benchmark in {self.folder}")
-        return self._keep(Benchmark(f"{self.name}/{rel}", self._files[rel]))
+            raise UnknownBenchmarkError(f"Benchmark not found: {self.name}/{rel}")
+        return self._keep(Benchmark(f"{self.name}/{rel}", self._files[rel], runnable=self.runnable))
 
 
 class StoreDataset(Dataset):
@@ -237,13 +348,14 @@ class StoreDataset(Dataset):
     def benchmark(self, uri: Optional[str] = None) -> Benchmark:
         sha = self._shas[0] if uri is None else self._path_of(uri)
         if sha not in self._shas:
-            raise UnknownBenchmarkError(f"{self.name}/{sha}: no such module in {self.store}")
+            raise UnknownBenchmarkError(f"Benchmark not found: {self.name}/{sha}")
         return self._keep(Benchmark(f"{self.name}/{sha}", f"benchmark://{self.store}/{sha}"))
 
 
 class GeneratorDataset(Dataset):
     """Programs generated on demand from a seed: ``generator://csmith-v0/SEED``, ``generator://llvm-stress-v0/SEED``
-    (endless: ``size`` 0, ``benchmark_uris`` counts up from seed 0)."""
+    (endless: ``size`` 0, ``benchmark_uris`` counts up from seed 0). Csmith's programs are runnable (as in
+    CompilerGym), llvm-stress's modules are not (they have no ``main``)."""
 
     @property
     def size(self) -> int:
@@ -255,8 +367,10 @@ class GeneratorDataset(Dataset):
     def benchmark(self, uri: Optional[str] = None) -> Benchmark:
         seed = "0" if uri is None else self._path_of(uri)
         if not seed.isdigit():
-            raise UnknownBenchmarkError(f"{self.name}/{seed}: the path of a generated benchmark is a seed")
-        return self._keep(Benchmark(f"{self.name}/{int(seed)}", f"{self.name}/{int(seed)}"))
+            raise UnknownBenchmarkError(f"Benchmark not found: {self.name}/{seed} (the path of a generated "
+                                        "benchmark is a seed)")
+        return self._keep(Benchmark(f"{self.name}/{int(seed)}", f"{self.name}/{int(seed)}",
+                                    runnable=self.name == "generator://csmith-v0"))
 
     def random_benchmark(self, random_state: Optional[np.random.Generator] = None) -> Benchmark:
         rng = random_state if random_state is not None else np.random.default_rng()
@@ -291,7 +405,7 @@ def register_dataset(name: str, path: os.PathLike, split: Optional[str] = None) 
 def default_datasets() -> List[Dataset]:
     """The package's examples (``benchmark://examples-v0/...``), the generators, then the registered datasets."""
     examples = Path(str(resources.files("behavioral_pq").joinpath("data/examples")))
-    return [FilesDataset("examples-v0", examples, "the package's example programs"),
+    return [FilesDataset("examples-v0", examples, "the package's example programs", runnable=True),
             GeneratorDataset("generator://csmith-v0", "programs generated by csmith"),
             GeneratorDataset("generator://llvm-stress-v0", "modules generated by llvm-stress"),
             *_REGISTERED.values()]
@@ -324,7 +438,7 @@ class Datasets:
     def dataset(self, name: Union[str, Dataset]) -> Dataset:
         name = name.name if isinstance(name, Dataset) else canonical_uri(str(name)).rstrip("/")
         if name not in self._datasets:
-            raise UnknownBenchmarkError(f"unknown dataset {name!r}; known: {', '.join(self._datasets)}")
+            raise UnknownBenchmarkError(f"Dataset not found: {name}")
         return self._datasets[name]
 
     __getitem__ = dataset
@@ -359,9 +473,7 @@ class Datasets:
                 return Benchmark(canonical, canonical)
             if canonical.startswith("file://"):
                 return _file_benchmark(canonical[len("file://"):], text)
-            raise UnknownBenchmarkError(f"Dataset not found: {canonical.rsplit('/', 1)[0]} (unknown benchmark "
-                                        f"{text!r}; known datasets: {', '.join(self._datasets)}; register a folder "
-                                        "or a corpus store with env.datasets.register(NAME, PATH))")
+            raise UnknownBenchmarkError(f"Dataset not found: {_dataset_of(canonical)}")
         return _file_benchmark(text, text)
 
     def random_benchmark(self, random_state: Optional[np.random.Generator] = None,
@@ -381,12 +493,20 @@ class Datasets:
         return f"Datasets({', '.join(self._datasets)})"
 
 
+def _dataset_of(uri: str) -> str:
+    """``SCHEME://DATASET`` of a canonical URI (CompilerGym's dataset key)."""
+    scheme, rest = uri.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
 def _file_benchmark(path: str, text: str) -> Benchmark:
     if not Path(path).is_file():
-        raise UnknownBenchmarkError(f"Dataset not found: {canonical_uri(text)} (not a dataset's benchmark and no such "
-                                    "file)")
+        if text.startswith("file://"):
+            raise UnknownBenchmarkError(f"File not found: {path}")
+        raise UnknownBenchmarkError(f"Dataset not found: {_dataset_of(canonical_uri(text))}")
     return Benchmark(f"file://{Path(path).resolve()}", Path(path))
 
 
-__all__ = ["Benchmark", "BenchmarkUri", "Dataset", "Datasets", "FilesDataset", "GeneratorDataset", "StoreDataset",
+__all__ = ["Benchmark", "BenchmarkDynamicConfig", "BenchmarkInitError", "BenchmarkProto", "BenchmarkUri", "Command",
+           "Commands", "Dataset", "Datasets", "File", "FilesDataset", "GeneratorDataset", "StoreDataset",
            "canonical_uri", "dataset_from_path", "default_datasets", "register_dataset"]

@@ -1,6 +1,13 @@
 """CompilerGym 0.2.5's ``LlvmEnv`` over this package's ``llvm-v0`` core (:class:`behavioral_pq.env.llvm.LlvmEnv`):
 the same attributes, setters, views, state, fork/validate/apply and 4-tuple ``step``; passes and observations on
-LLVM 19.
+LLVM 19. Errors carry CompilerGym's texts (``Reward space not found: X``, ``'X'`` for a view's missing key).
+
+``reset()`` on a benchmark that has a build command (``benchmark.proto.dynamic_config.build_cmd``, as a
+:func:`~.benchmarks.make_benchmark_from_command_line` benchmark has) builds it once per build command, as
+CompilerGym's does when it measures the benchmark's baseline sizes: a command line's output is there after
+``reset()``, and a command that does not compile raises BenchmarkInitError from ``reset()``. One that compiles
+but does not link (a library unit, no ``main``) is built compile-only (``-c``) there: CompilerGym 0.2.5 fails
+its ``reset()`` (its TextSize baselines link the unit), which leaves such a benchmark unusable for no cost asked.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ import csv
 import dataclasses
 import math
 import re
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -25,14 +33,18 @@ from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.files import check_output_file, write_bytes_atomic, write_text_atomic
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.toolchain import llvm_tool_version
-from behavioral_pq.env.compiler_gym.benchmarks import make_benchmark, make_benchmark_from_command_line
-from behavioral_pq.env.compiler_gym.datasets import Benchmark, Datasets, default_datasets
+from behavioral_pq.env.compiler_gym.benchmarks import (
+    build_benchmark,
+    make_benchmark,
+    make_benchmark_from_command_line,
+)
+from behavioral_pq.env.compiler_gym.datasets import Benchmark, BenchmarkDynamicConfig, Datasets, default_datasets
 from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
 from behavioral_pq.env.llvm import IN_PLACE
 from behavioral_pq.env.llvm import LlvmEnv as CoreEnv
-from behavioral_pq.errors import UnknownSpaceError
+from behavioral_pq.errors import BenchmarkInitError, UnknownSpaceError
 
 #: ``reset(observation_space=UNCHANGED)``: keep the current space (None turns it off).
 UNCHANGED = object()
@@ -195,6 +207,21 @@ class ValidationResult:
     __str__ = __repr__
 
 
+class EnvSpec(gymnasium.envs.registration.EnvSpec):
+    """gymnasium's ``EnvSpec`` that also answers to gym 0.21's ``_kwargs`` (the same dict as ``kwargs``: editing
+    it changes what ``spec.make()`` makes, the workaround CompilerGym documents)."""
+
+    @property
+    def _kwargs(self) -> dict:
+        return self.kwargs
+
+    @classmethod
+    def of(cls, spec: Optional[gymnasium.envs.registration.EnvSpec]) -> Optional["EnvSpec"]:
+        if spec is None or isinstance(spec, cls):
+            return spec
+        return cls(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init})
+
+
 def action_space() -> Commandline:
     """The 124 catalog passes as CompilerGym's ``PassesAll`` space (names and flags: ``"-mem2reg"``)."""
     return Commandline([CommandlineFlag(p.flag, p.flag, f"LLVM 19: {p.pipeline}") for p in PASSES], name="PassesAll")
@@ -208,9 +235,11 @@ class LlvmEnv(CompilerEnv):
     Args:
         benchmark: a URI (``benchmark://examples-v0/matmul``, a registered dataset's), a path, or a
             :class:`Benchmark`; default: the first benchmark of ``datasets``.
-        observation_space, reward_space: names (or specs) of the default observation and reward; None: none.
+        observation_space: name (or spec) of the default observation; None: none.
+        reward_space: name (or spec) of the default reward; None: none.
         datasets: the datasets to name benchmarks from (default: examples, generators, registered datasets).
-        engine, encoder: as :class:`behavioral_pq.env.llvm.LlvmEnv`.
+        engine: as :class:`behavioral_pq.env.llvm.LlvmEnv`.
+        encoder: as :class:`behavioral_pq.env.llvm.LlvmEnv`.
     """
 
     metadata = {"render_modes": ["human", "ansi"], "render.modes": ["human", "ansi"]}   # gymnasium's, gym's key
@@ -242,6 +271,17 @@ class LlvmEnv(CompilerEnv):
         self._runtime_count = 1
         self._runtime_warmup = 0
         self.buildtime_observation_count = 1
+        self._built: Dict[str, BenchmarkDynamicConfig] = {}     # URI -> the build command reset() last ran
+
+    # -- gym's spec ------------------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> Optional[EnvSpec]:
+        return self.__dict__.get("_spec")
+
+    @spec.setter
+    def spec(self, spec) -> None:
+        self.__dict__["_spec"] = EnvSpec.of(spec)
 
     # -- spaces and benchmark ------------------------------------------------------------------------------------
 
@@ -298,7 +338,7 @@ class LlvmEnv(CompilerEnv):
             self._reward_space_spec, self._reward_range = None, (-np.inf, np.inf)
             return
         if name not in self.reward.spaces:
-            raise UnknownSpaceError(f"Reward space not found: {name} (known: {', '.join(self.reward.spaces)})")
+            raise UnknownSpaceError(f"Reward space not found: {name}")
         if self._reward_space_spec is not None and name == self._reward_space_spec.name:
             return
         self._reward_space_spec = self.reward.spaces[name]
@@ -332,7 +372,7 @@ class LlvmEnv(CompilerEnv):
         elif isinstance(benchmark, (str, Path)):
             self._next_benchmark = self._datasets.benchmark(benchmark)
         else:
-            raise TypeError(f"expected a Benchmark or str, received {type(benchmark).__name__!r}")
+            raise TypeError(f"Expected a Benchmark or str, received: '{type(benchmark).__name__}'")
 
     @property
     def in_episode(self) -> bool:
@@ -399,7 +439,9 @@ class LlvmEnv(CompilerEnv):
         if self._next_benchmark is None:
             raise TypeError("no benchmark set: env.reset(benchmark=...); env.datasets lists the benchmarks")
         self._benchmark_in_use = self._next_benchmark
+        self._in_episode = False
         self._core.reset(benchmark=self._benchmark_in_use.load(self._core.engine))
+        self._build_benchmark()
         self._in_episode = True
         self._actions = []
         self.episode_start_time = time.time()
@@ -408,6 +450,26 @@ class LlvmEnv(CompilerEnv):
         if self._observation_space_spec is not None:
             return self.observation[self._observation_space_spec.id]
         return None
+
+    def _build_benchmark(self) -> None:
+        """Build the benchmark with its build command, unless this command built it already (see the module
+        docstring); BenchmarkInitError when the build fails."""
+        benchmark = self._benchmark_in_use
+        config = benchmark.dynamic_config
+        if not config.is_buildable or self._built.get(benchmark.uri) == config:
+            return
+        try:
+            with tempfile.TemporaryDirectory(prefix="bpq-benchmark-") as tmp:
+                build_benchmark(self._core._module, config, Path(tmp))
+        except BenchmarkInitError as failed:
+            compile_only = deepcopy(config)
+            compile_only.build_cmd.argument.append("-c")
+            try:
+                with tempfile.TemporaryDirectory(prefix="bpq-benchmark-") as tmp:
+                    build_benchmark(self._core._module, compile_only, Path(tmp))
+            except BenchmarkInitError:
+                raise failed from None
+        self._built[benchmark.uri] = deepcopy(config)
 
     def multistep(self, actions: Iterable, observation_spaces=None, reward_spaces=None, observations=None,
                   rewards=None, timeout: float = 300):
@@ -517,6 +579,7 @@ class LlvmEnv(CompilerEnv):
         other.reward = RewardView(list(deepcopy(self.reward.spaces).values()), other.observation)
         other._reward_space_spec = other.reward.spaces[self.reward_space.name] if self.reward_space else None
         other._actions = list(self._actions)
+        other._built = dict(self._built)
         other._np_random = None
         return other
 
@@ -571,7 +634,7 @@ class LlvmEnv(CompilerEnv):
         return result
 
     def __copy__(self):
-        raise TypeError("CompilerEnv instances do not support shallow copies. Use deepcopy()")
+        raise TypeError("ClientServiceCompilerEnv instances do not support shallow copies. Use deepcopy()")
 
     def __deepcopy__(self, memo) -> "LlvmEnv":
         return self.fork()
@@ -625,15 +688,14 @@ class LlvmEnv(CompilerEnv):
         if space in UNSUPPORTED:
             refuse(space)
         if space not in self.observation.spaces:
-            raise UnknownSpaceError(f"Observation space not found: {space} (known: "
-                                    f"{', '.join(self.observation.spaces)})")
+            raise UnknownSpaceError(f"Observation space not found: {space}")
         return self.observation.spaces[space]
 
     def _reward_spec(self, space: Union[str, Reward]) -> Reward:
         if isinstance(space, Reward):
             return space
         if space not in self.reward.spaces:
-            raise UnknownSpaceError(f"Reward space not found: {space} (known: {', '.join(self.reward.spaces)})")
+            raise UnknownSpaceError(f"Reward space not found: {space}")
         return self.reward.spaces[space]
 
     def _require_episode(self) -> None:
@@ -682,9 +744,9 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
         raise LookupError(f"unknown environment {env_id!r}; known: {', '.join(LLVM_ENVS)}")
     env = LlvmEnv(**{**LLVM_ENVS[env_id], **kwargs})
     if env_id in gymnasium.registry:
-        env.spec = deepcopy(gymnasium.spec(env_id))      # wrappers (TimeLimit) edit it: not the registry's
+        env.spec = deepcopy(gymnasium.spec(env_id))      # wrappers (TimeLimit) and _kwargs edit it: a copy
     return env
 
 
 __all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
-           "LlvmEnv", "ValidationResult", "action_space", "compute_observation", "make"]
+           "EnvSpec", "LlvmEnv", "ValidationResult", "action_space", "compute_observation", "make"]

@@ -2,6 +2,12 @@
 determinism, platform dependence, the value a failed step returns, as CompilerGym declares them) and how it is
 computed from the core environment's modules. ProGraML and inst2vec are named but refused with one error: no
 maintained package builds their graphs or vocabularies from LLVM 19 IR.
+
+``IsBuildable``, ``IsRunnable``, ``Buildtime`` and ``Runtime`` follow the benchmark, as in CompilerGym (see
+:mod:`.datasets`): a benchmark built the package's way is buildable and runnable when its module has a ``main``
+that links; one with a ``build_cmd`` in its ``dynamic_config`` is buildable, and runnable with a ``run_cmd``
+(those commands build and time it); any other is neither (0, 0, None, None). ``TextSize*`` is the linked
+program's .text when the package builds it, else the object file's (CompilerGym's fallback).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, llc_assembly, needs_cxx_runtime, object_text_size
+from behavioral_pq.env.compiler_gym.benchmarks import benchmark_runtimes, build_benchmark
 from behavioral_pq.env.compiler_gym.lexed_ir import lex_ir, lexed_tokens
 from behavioral_pq.env.compiler_gym.spaces import Box, Dict as DictSpace, Scalar, Sequence
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec
@@ -50,7 +57,12 @@ def build_program(module: Module, folder: Path) -> Path:
                     cxx=needs_cxx_runtime(module.text()))
 
 
-def _buildable(env, module: Module) -> bool:
+def _builds_natively(env, module: Module) -> bool:
+    """Whether the package builds the benchmark (its own way, no ``build_cmd``) and ``module`` links."""
+    benchmark = env.benchmark
+    if not benchmark.runnable or benchmark.dynamic_config.is_buildable:
+        return False
+
     def compute():
         if not has_main(module):
             return False
@@ -63,10 +75,20 @@ def _buildable(env, module: Module) -> bool:
     return env._cached("IsBuildable", module, compute)
 
 
+def _buildable(env, module: Module) -> bool:
+    return env.benchmark.dynamic_config.is_buildable or _builds_natively(env, module)
+
+
+def _runnable(env, module: Module) -> bool:
+    config = env.benchmark.dynamic_config
+    return config.is_runnable if config.is_buildable else _builds_natively(env, module)
+
+
 def _text_size(env, module: Module) -> int:
-    """.text bytes of the linked program when the module builds, else of its object (CompilerGym's fallback)."""
+    """.text bytes of the linked program when the package builds it, else of its object (CompilerGym's
+    fallback)."""
     def compute():
-        if not _buildable(env, module):
+        if not _builds_natively(env, module):
             return int(env._core._compute("ObjectTextSizeBytes", module))
         with tempfile.TemporaryDirectory(prefix="bpq-build-") as tmp:
             return object_text_size(build_program(module, Path(tmp)))
@@ -78,11 +100,15 @@ def _baseline(env, module: Module, level: str) -> Module:
 
 
 def _buildtime(env, module: Module) -> Optional[np.ndarray]:
+    config = env.benchmark.dynamic_config
     if not _buildable(env, module):
         return None
     times = []
     for _ in range(env.buildtime_observation_count):
         with tempfile.TemporaryDirectory(prefix="bpq-build-") as tmp:
+            if config.is_buildable:
+                times.append(build_benchmark(module, config, Path(tmp)))
+                continue
             start = time.perf_counter()
             build_program(module, Path(tmp))
             times.append(time.perf_counter() - start)
@@ -90,8 +116,12 @@ def _buildtime(env, module: Module) -> Optional[np.ndarray]:
 
 
 def _runtime(env, module: Module) -> Optional[np.ndarray]:
-    if not _buildable(env, module):
+    config = env.benchmark.dynamic_config
+    if not _runnable(env, module):
         return None
+    if config.is_buildable:
+        return benchmark_runtimes(module, config, runs=env.runtime_observation_count,
+                                  warmup=env.runtime_warmup_runs_count)
     return run_program(module, runs=env.runtime_observation_count, warmup=env.runtime_warmup_runs_count)
 
 
@@ -207,7 +237,7 @@ _TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
                                                                                    np.float64)),
      False, True, None, lambda e, m, i: _buildtime(e, m)),
     ("IsBuildable", _scalar("IsBuildable", int, 0, 1), True, True, 0, lambda e, m, i: int(_buildable(e, m))),
-    ("IsRunnable", _scalar("IsRunnable", int, 0, 1), True, True, 0, lambda e, m, i: int(_buildable(e, m))),
+    ("IsRunnable", _scalar("IsRunnable", int, 0, 1), True, True, 0, lambda e, m, i: int(_runnable(e, m))),
     ("Spectrum", Box(-np.inf, np.inf, "Spectrum", (0,), np.float32), True, False, None,
      lambda e, m, i: e._core._compute("Spectrum", m)),
     ("Codes", Box(0, 255, "Codes", (0,), np.uint8), True, False, None, lambda e, m, i: e._core._compute("Codes", m)),

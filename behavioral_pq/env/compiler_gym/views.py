@@ -9,6 +9,13 @@ from typing import Any, Callable, Dict, List, Optional
 from gymnasium import spaces
 
 from behavioral_pq.env.compiler_gym.spaces import Reward
+from behavioral_pq.errors import UnknownSpaceError, UnsupportedSpaceError
+
+
+def _missing(name) -> UnknownSpaceError:
+    """A view's missing key, printed as a dictionary's KeyError is (the name quoted: ``'Irr'``), as CompilerGym's
+    views raise it."""
+    return UnknownSpaceError(repr(name))
 
 
 class ObservationSpaceSpec:
@@ -66,7 +73,13 @@ class ObservationView:
             self._add_space(spec)
 
     def __getitem__(self, observation_space: str):
-        return self._env._observe(self._env._observation_spec(observation_space))
+        try:
+            spec = self._env._observation_spec(observation_space)
+        except UnsupportedSpaceError:
+            raise
+        except UnknownSpaceError:
+            raise _missing(observation_space) from None
+        return self._env._observe(spec)
 
     def add_derived_space(self, id: str, base_id: str, **kwargs) -> None:
         """Add the space ``id`` computed from ``base_id``'s value by ``translate`` (keywords as
@@ -94,7 +107,9 @@ class RewardView:
 
     def __getitem__(self, reward_space: str) -> float:
         if not self.spaces:
-            raise ValueError("no reward spaces")
+            raise ValueError("No reward spaces")
+        if reward_space not in self.spaces:
+            raise _missing(reward_space)
         space = self.spaces[reward_space]
         observations = [self._observation_view[name] for name in space.observation_spaces]
         return float(space.update(self.previous_action, observations, self._observation_view))
