@@ -173,7 +173,12 @@ def test_derived_observation_spaces(env):
     env.reset(benchmark=compiler_gym.Benchmark.from_file_contents("benchmark://user-v0/f", NO_MAIN))
     assert env.observation["IsBuildable"] == 0 and env.observation["Runtime"] is None
     assert env.observation["TextSizeBytes"] == env.observation["ObjectTextSizeBytes"]
-    for name in ("Programl", "Inst2vec"):
+    text = env.observation["Inst2vecPreprocessedText"]          # inst2vec on LLVM 19 (core.inst2vec)
+    indices = env.observation["Inst2vecEmbeddingIndices"]
+    vectors = env.observation["Inst2vec"]
+    assert text and all(isinstance(t, str) for t in text) and len(indices) == len(text)
+    assert indices.dtype == np.int32 and vectors.shape == (len(text), 200) and vectors.dtype == np.float32
+    for name in ("Programl",):
         with pytest.raises(UnsupportedSpaceError, match="LLVM 19") as caught:
             env.observation[name]
         assert isinstance(caught.value, KeyError)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES
+from behavioral_pq.core.inst2vec import EMBEDDING_DIM, inst2vec_embeddings, inst2vec_indices, inst2vec_preprocess
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, llc_assembly, needs_cxx_runtime, object_text_size
@@ -39,9 +40,6 @@ INT64_MAX = int(np.iinfo(np.int64).max)
 UNSUPPORTED = {
     name: "needs ProGraML, which has no maintained release that reads LLVM 19 IR"
     for name in ("Programl", "ProgramlJson", "ProgramlNetworkx")
-} | {
-    name: "needs CompilerGym's inst2vec vocabulary, built from LLVM 3.x-10 IR; no maintained package serves LLVM 19"
-    for name in ("Inst2vec", "Inst2vecEmbeddingIndices", "Inst2vecPreprocessedText")
 }
 
 _MAIN = re.compile(r"^define [^@]*@main\(", re.M)
@@ -238,6 +236,14 @@ _TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
      False, True, None, lambda e, m, i: _buildtime(e, m)),
     ("IsBuildable", _scalar("IsBuildable", int, 0, 1), True, True, 0, lambda e, m, i: int(_buildable(e, m))),
     ("IsRunnable", _scalar("IsRunnable", int, 0, 1), True, True, 0, lambda e, m, i: int(_runnable(e, m))),
+    # inst2vec (behavioral_pq.core.inst2vec): its vocabulary and embeddings are installed by setup; LLVM 19's opaque
+    # pointers are looked up by the statement's typed-pointer forms. Failed steps give empty values.
+    ("Inst2vecPreprocessedText", Sequence("Inst2vecPreprocessedText", (0, None), str), True, False, [],
+     lambda e, m, i: inst2vec_preprocess(m)),
+    ("Inst2vecEmbeddingIndices", Sequence("Inst2vecEmbeddingIndices", (0, None), np.int32), True, False,
+     np.zeros(0, np.int32), lambda e, m, i: inst2vec_indices(m)),
+    ("Inst2vec", Sequence("Inst2vec", (0, None), np.ndarray), True, False,
+     np.zeros((0, EMBEDDING_DIM), np.float32), lambda e, m, i: inst2vec_embeddings(m)),
     ("Spectrum", Box(-np.inf, np.inf, "Spectrum", (0,), np.float32), True, False, None,
      lambda e, m, i: e._core._compute("Spectrum", m)),
     ("Codes", Box(0, 255, "Codes", (0,), np.uint8), True, False, None, lambda e, m, i: e._core._compute("Codes", m)),
