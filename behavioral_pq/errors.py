@@ -188,8 +188,8 @@ class UnknownSpaceError(BPQError, KeyError, ValueError):
 
 
 class UnsupportedSpaceError(UnknownSpaceError):
-    """An observation space of CompilerGym that this package cannot compute (ProGraML, inst2vec: no maintained
-    package serves LLVM 19)."""
+    """An observation space of CompilerGym that this package cannot compute (see
+    ``behavioral_pq.env.compiler_gym.observations.UNSUPPORTED``)."""
 
 
 class HostCompilerFailure(BPQError, OSError):

@@ -178,12 +178,14 @@ def test_derived_observation_spaces(env):
     vectors = env.observation["Inst2vec"]
     assert text and all(isinstance(t, str) for t in text) and len(indices) == len(text)
     assert indices.dtype == np.int32 and vectors.shape == (len(text), 200) and vectors.dtype == np.float32
-    for name in ("Programl",):
-        with pytest.raises(UnsupportedSpaceError, match="LLVM 19") as caught:
-            env.observation[name]
-        assert isinstance(caught.value, KeyError)
-        with pytest.raises(UnsupportedSpaceError, match="LLVM 19"):
-            env.observation_space = name
+    graph = env.observation["Programl"]                       # ProGraML on LLVM 19 (core.programl)
+    data = env.observation["ProgramlJson"]
+    kinds = {0: "instruction", 1: "variable", 2: "constant"}
+    assert graph.number_of_nodes() == len(data["nodes"]) > 1 and data["directed"] and data["multigraph"]
+    assert {kinds.get(n["type"], n["type"]) for n in data["nodes"]} >= {"instruction", "variable"}
+    assert sum(1 for n in data["nodes"] if n["type"] == 0) > env.observation["IrInstructionCount"]  # + the root
+    env.observation_space = "ProgramlJson"
+    env.observation_space = None
     with pytest.raises(KeyError, match="^'Autophse'$"):
         env.observation["Autophse"]
     env.observation.add_derived_space(id="IrLines", base_id="Ir", translate=lambda ir: ir.count("\n"))

@@ -44,22 +44,42 @@ def cmd_passes(args) -> int:
 
 
 def cmd_features(args) -> int:
+    kind = args.kind or ("instcount" if args.instcount else "autophase")
+    if args.instcount and kind != "instcount":
+        raise ValueError(f"--instcount and --kind {kind} disagree: give one of them")
+    if kind == "programl":
+        return _print_programl(args)
     from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES, autophase, instcount
 
     module = load_program(args)
-    names, values = (INSTCOUNT_FEATURES, instcount(module)) if args.instcount else \
+    names, values = (INSTCOUNT_FEATURES, instcount(module)) if kind == "instcount" else \
         (AUTOPHASE_FEATURES, autophase(module))
     if args.json:
-        print_json({"module": module.name, "sha256": module.sha256,
-                     "kind": "instcount" if args.instcount else "autophase",
+        print_json({"module": module.name, "sha256": module.sha256, "kind": kind,
                      "features": dict(zip(names, values.tolist()))})
         return 0
     print(f"{module.name}: {module.instruction_count} instructions, "
-          f"{'InstCount' if args.instcount else 'Autophase'} ({len(names)} features)")
+          f"{'InstCount' if kind == 'instcount' else 'Autophase'} ({len(names)} features)")
     width = max(len(n) for n in names)
     rows = [f"{n:>{width}} {v:8d}" for n, v in zip(names, values.tolist())]
     for i in range(0, len(rows), 3):
         print("   ".join(rows[i:i + 3]))
+    return 0
+
+
+def _print_programl(args) -> int:
+    from behavioral_pq.core.programl import programl_counts, programl_json
+
+    module = load_program(args)
+    graph = programl_json(module)
+    if args.json:
+        print_json(graph)
+        return 0
+    counts = programl_counts(graph)
+    print(f"{module.name}: {module.instruction_count} instructions, ProGraML graph of {len(graph['nodes'])} nodes "
+          f"and {len(graph['links'])} edges ({len(graph['graph']['function'])} functions)")
+    for what, by_kind in counts.items():
+        print(f"{what:>6}: " + ", ".join(f"{name} {count}" for name, count in by_kind.items()))
     return 0
 
 
@@ -252,12 +272,16 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("features", help="Autophase (or InstCount) features of a module",
-                       description="The 56 Autophase features (CompilerGym's definition) of a program, or its "
-                                   "per-opcode InstCount: integer counts of the module as built.",
+    p = sub.add_parser("features", help="Autophase, InstCount or ProGraML features of a module",
+                       description="The 56 Autophase features (CompilerGym's definition) of a program, its "
+                                   "per-opcode InstCount (integer counts of the module as built), or its ProGraML "
+                                   "program graph (CompilerGym's ProgramlJson).",
                        epilog=PROGRAM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_program_arguments(p)
-    p.add_argument("--instcount", action="store_true", help="per-opcode InstCount instead of Autophase")
+    p.add_argument("--kind", choices=("autophase", "instcount", "programl"),
+                   help="what to compute (default autophase); programl: the program graph, printed as node "
+                        "and edge counts, or with --json as node-link JSON (CompilerGym's ProgramlJson)")
+    p.add_argument("--instcount", action="store_true", help="the same as --kind instcount")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_features)
 

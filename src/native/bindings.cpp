@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "features.h"
+#include "programl.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
@@ -15,6 +16,54 @@ using namespace bpq;
 namespace {
 
 std::string bytesOf(const py::bytes &b) { return std::string(b); }
+
+// Text from LLVM (names are raw bytes) as str, undecodable bytes replaced.
+py::str utf8(const std::string &s) {
+  PyObject *text = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (!text) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
+template <typename T>
+py::array_t<T> vectorArray(const std::vector<T> &v) {
+  py::array_t<T> out(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
+
+py::list intFeatures(const std::vector<IntFeature> &features) {
+  py::list out;
+  for (const IntFeature &f : features) out.append(py::make_tuple(f.owner, f.name, f.values));
+  return out;
+}
+
+py::dict programGraphDict(const ProgramGraph &g) {
+  py::dict out;
+  out["node_type"] = vectorArray(g.nodeType);
+  out["node_function"] = vectorArray(g.nodeFunction);
+  out["node_block"] = vectorArray(g.nodeBlock);
+  py::list text, fullText;
+  for (size_t i = 0; i < g.nodeType.size(); ++i) {
+    text.append(utf8(g.nodeText[i]));
+    fullText.append(g.hasFullText[i] ? py::object(utf8(g.nodeFullText[i])) : py::object(py::none()));
+  }
+  out["node_text"] = text;
+  out["node_full_text"] = fullText;
+  const auto e = static_cast<py::ssize_t>(g.edges.size() / 4);
+  py::array_t<int32_t> edges({e, py::ssize_t(4)});
+  std::copy(g.edges.begin(), g.edges.end(), edges.mutable_data());
+  out["edges"] = edges;
+  out["node_features"] = intFeatures(g.nodeFeatures);
+  py::list functions;
+  for (const std::string &name : g.functionNames) functions.append(utf8(name));
+  out["functions"] = functions;
+  out["function_features"] = intFeatures(g.functionFeatures);
+  out["module"] = utf8(g.moduleName);
+  out["target_triple"] = utf8(g.targetTriple);
+  out["data_layout"] = utf8(g.dataLayout);
+  out["module_features"] = g.moduleFeatures;
+  return out;
+}
 
 py::array_t<int64_t> toArray(const std::vector<int64_t> &v) {
   py::array_t<int64_t> out(static_cast<py::ssize_t>(v.size()));
@@ -71,6 +120,19 @@ PYBIND11_MODULE(_native, m) {
   m.def("instcount", [](const py::bytes &bitcode) {
     return toArray(withModule(bytesOf(bitcode), [](llvm::Module &M) { return instcount(M); }));
   }, "int64 (len(instcount_names()),)");
+
+  m.def("programl", [](const py::bytes &bitcode) {
+    std::string in = bytesOf(bitcode);
+    ProgramGraph graph;
+    {
+      py::gil_scoped_release release;
+      graph = withModule(in, [](llvm::Module &M) { return programGraph(M); });
+    }
+    return programGraphDict(graph);
+  }, "ProGraML graph as arrays: node_type int8 (N,), node_function / node_block int32 (N,), node_text and "
+     "node_full_text lists of N str (None: no full_text), edges int32 (E, 4) rows (flow, position, source, target), "
+     "node_features / function_features lists of (index, name, [int]), functions (names), module, target_triple, "
+     "data_layout, module_features [(name, int)].");
 
   m.def("instruction_count", [](const py::bytes &bitcode) {
     return withModule(bytesOf(bitcode), [](llvm::Module &M) { return M.getInstructionCount(); });

@@ -14,8 +14,8 @@ Everything of CompilerGym's ``LlvmEnv`` for pass ordering is here: the env ids i
 ``fork`` / ``apply`` / ``validate``, :mod:`.wrappers` and :mod:`.datasets` (local folders and corpus stores as
 datasets; nothing is downloaded), ``Benchmark.proto`` (plain dataclasses with the protobuf messages' fields,
 ``dynamic_config`` included), the ``observation_spaces`` / ``reward_spaces`` enums and ``__version__`` (this
-package's, which ``env.version`` also reports). Not here: ProGraML and inst2vec observations (no maintained
-package serves LLVM 19: asking for them raises UnsupportedSpaceError), its gRPC service and dataset downloads.
+package's, which ``env.version`` also reports), ProGraML graphs (:mod:`behavioral_pq.core.programl`) and inst2vec
+(:mod:`behavioral_pq.core.inst2vec`) on LLVM 19. Not here: its gRPC service and dataset downloads.
 """
 
 from __future__ import annotations

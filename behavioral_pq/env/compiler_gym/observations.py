@@ -1,7 +1,8 @@
 """The observation spaces of CompilerGym 0.2.5's ``llvm-v0`` on LLVM 19: each one's spec (space type,
 determinism, platform dependence, the value a failed step returns, as CompilerGym declares them) and how it is
-computed from the core environment's modules. ProGraML and inst2vec are named but refused with one error: no
-maintained package builds their graphs or vocabularies from LLVM 19 IR.
+computed from the core environment's modules. ProGraML graphs come from the native core
+(:mod:`behavioral_pq.core.programl`), inst2vec from :mod:`behavioral_pq.core.inst2vec` (its vocabulary is
+installed by setup).
 
 ``IsBuildable``, ``IsRunnable``, ``Buildtime`` and ``Runtime`` follow the benchmark, as in CompilerGym (see
 :mod:`.datasets`): a benchmark built the package's way is buildable and runnable when its module has a ``main``
@@ -24,6 +25,7 @@ import numpy as np
 
 from behavioral_pq.core.features import AUTOPHASE_FEATURES, INSTCOUNT_FEATURES
 from behavioral_pq.core.inst2vec import EMBEDDING_DIM, inst2vec_embeddings, inst2vec_indices, inst2vec_preprocess
+from behavioral_pq.core.programl import graph_from_json, programl_graph, programl_json
 from behavioral_pq.core.module import Module
 from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, llc_assembly, needs_cxx_runtime, object_text_size
@@ -36,11 +38,13 @@ from behavioral_pq.errors import ToolError, UnsupportedSpaceError
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 
-#: CompilerGym's spaces that have no LLVM 19 implementation here, and why.
-UNSUPPORTED = {
-    name: "needs ProGraML, which has no maintained release that reads LLVM 19 IR"
-    for name in ("Programl", "ProgramlJson", "ProgramlNetworkx")
-}
+#: CompilerGym's spaces that have no LLVM 19 implementation here, and why (none today: every llvm-v0 space of
+#: CompilerGym 0.2.5 is computed).
+UNSUPPORTED: Dict[str, str] = {}
+
+#: ProgramlJson of a failed step: an empty node-link graph.
+EMPTY_GRAPH = {"directed": True, "graph": {"function": [], "module": []}, "links": [], "multigraph": True,
+               "nodes": []}
 
 _MAIN = re.compile(r"^define [^@]*@main\(", re.M)
 
@@ -236,6 +240,11 @@ _TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
      False, True, None, lambda e, m, i: _buildtime(e, m)),
     ("IsBuildable", _scalar("IsBuildable", int, 0, 1), True, True, 0, lambda e, m, i: int(_buildable(e, m))),
     ("IsRunnable", _scalar("IsRunnable", int, 0, 1), True, True, 0, lambda e, m, i: int(_runnable(e, m))),
+    # ProGraML (behavioral_pq.core.programl): the graph built by the native core, in ProGraML's schema
+    ("Programl", Sequence("Programl", (0, INT64_MAX), str), True, False, graph_from_json(EMPTY_GRAPH),
+     lambda e, m, i: programl_graph(m)),
+    ("ProgramlJson", Sequence("ProgramlJson", (0, INT64_MAX), str), True, False, EMPTY_GRAPH,
+     lambda e, m, i: programl_json(m)),
     # inst2vec (behavioral_pq.core.inst2vec): its vocabulary and embeddings are installed by setup; LLVM 19's opaque
     # pointers are looked up by the statement's typed-pointer forms. Failed steps give empty values.
     ("Inst2vecPreprocessedText", Sequence("Inst2vecPreprocessedText", (0, None), str), True, False, [],

@@ -1,7 +1,6 @@
 """``observation_spaces`` and ``reward_spaces``: the enums that CompilerGym 0.2.5's ``compiler_gym.envs.llvm``
 exports (generated there from its service's spaces), with the same member names, values and order; the
-observation enum ends with this package's Spectrum, Codes and Embedding. ProGraML and inst2vec members are named
-as in CompilerGym, and refused (UnsupportedSpaceError) when asked for."""
+observation enum ends with this package's Spectrum, Codes and Embedding."""
 
 from __future__ import annotations
 
