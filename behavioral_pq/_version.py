@@ -1,3 +1,3 @@
 """The package version, in one place (the root facade and artifact stamps read it)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

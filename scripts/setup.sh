@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up behavioral_pq on a fresh Debian/Ubuntu machine (as root, or with sudo): LLVM 19, clang 19, csmith,
-# a virtual environment in .venv with torch 2.13.0 (CPU) installed before the package, then the package.
+# a virtual environment in .venv with torch 2.13.0 (CPU) installed before the package, then the package with
+# what its tests and its documentation site need.
 # Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +25,7 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch first, pinned: an unpinned torch would pull several GB of CUDA packages.
 "$VENV/bin/python" -c "import torch" 2>/dev/null || "$VENV/bin/pip" install -q "torch==2.13.0"
-"$VENV/bin/pip" install -q -e ".[test]"
+"$VENV/bin/pip" install -q -e ".[test,docs]"
+# inst2vec's vocabulary and embeddings, from CompilerGym 0.2.5's wheel on PyPI (checked, converted to JSON and .npy)
+"$VENV/bin/python" scripts/inst2vec_data.py
 echo "== behavioral_pq installed in $VENV ($("$VENV/bin/python" -c 'import behavioral_pq.core._native as n; print("LLVM", n.LLVM_VERSION)'))"
