@@ -11,6 +11,7 @@ from conftest import EXAMPLES
 
 import behavioral_pq as bpq
 from behavioral_pq.core.catalog import get_pass
+from behavioral_pq.core.inst2vec import inst2vec_mean, load_vocabulary, unknown_share
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_corpus
 from behavioral_pq.corpus.buckets import BUCKET_NAMES
 from behavioral_pq.corpus.states import (
@@ -24,8 +25,16 @@ from behavioral_pq.corpus.states import (
 )
 from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.probes import random_probes
-from behavioral_pq.errors import PredictorError, ToolError
-from behavioral_pq.reports.downstream import TRAIN_ON, EvaluationConfig, _held_out, evaluate, head_parts
+from behavioral_pq.errors import CheckpointError, PredictorError, ToolError
+from behavioral_pq.reports.downstream import (
+    INST2VEC_TEXT_LIMIT,
+    TRAIN_ON,
+    EvaluationConfig,
+    _held_out,
+    evaluate,
+    head_parts,
+    inst2vec_of_texts,
+)
 from behavioral_pq.tasks.datasets import ItemSet, embeddings, module_items, state_items
 from behavioral_pq.tasks.estimators import (
     BestPassClassifier,
@@ -203,6 +212,29 @@ def test_an_ir2vec_vector_out_of_float32_range_is_an_error_not_infinity(monkeypa
             str(errors[1])
         assert np.array_equal(out[0], np.arange(300.0, dtype=np.float32)) and (out[2] == -2.5).all()
         assert np.isnan(out[1]).all() and out.dtype == np.float32
+
+
+def test_inst2vec_rows_are_the_mean_statement_embedding_and_a_text_over_the_limit_is_a_failed_zero_row():
+    """bpq evaluate's inst2vec rows are core.inst2vec's mean embedding and !UNK share of each module, read from its
+    text in this process; a text past INST2VEC_TEXT_LIMIT is a zero row with a NaN share (counted as failed), at
+    once. The data are installed by scripts/setup.sh; without them this test fails with the command to run."""
+    try:
+        load_vocabulary()
+    except CheckpointError as exc:
+        pytest.fail(str(exc))
+    modules = [bpq.load_module(p) for p in sorted(EXAMPLES.glob("*.c"))]
+    modules += [bpq.optimize(m, "Oz") for m in modules]
+    texts = [m.text() for m in modules]
+    vectors, shares = inst2vec_of_texts(texts + ["", "x" * (INST2VEC_TEXT_LIMIT + 1)])
+    assert vectors.dtype == np.float32 and vectors.shape == (len(texts) + 2, 200) and shares.dtype == np.float64
+    for module, vector, share in zip(modules, vectors, shares):
+        np.testing.assert_allclose(vector, inst2vec_mean(module), rtol=1e-5, atol=1e-7)
+        assert share == pytest.approx(unknown_share(module))
+    assert len({v.tobytes() for v in vectors[:len(texts)]}) == len(texts)      # every module its own vector
+    assert 0.05 < shares[:len(texts)].mean() < 0.5             # the opaque-form lookup maps most statements
+    assert not vectors[-2:].any() and shares[-2] == 0.0        # no statement: a zero row, nothing unknown
+    assert np.isnan(shares[-1])                                # too long: failed
+    assert "--inst2vec" in bpq_cli("evaluate", "--help").stdout
 
 
 def test_next_pass_labels_have_an_explicit_no_pass_class():
@@ -416,12 +448,13 @@ def test_a_spectrum_encoder_fine_tunes_through_its_rows_and_predicts_with_them(w
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
-    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST, ir2vec=True)
+    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST, ir2vec=True, inst2vec=True)
     report = evaluate(world["store"], tmp_path / "report", states=world["states"], encoder=world["encoder"],
                       ablations={"kmeans": world["kmeans"], "spectrum-input": world["spectrum"]}, config=config)
-    methods = ["prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "pqbert",
-               "no-transformer", "kmeans", "spectrum-input"]
+    methods = ["prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "inst2vec",
+               "pqbert", "no-transformer", "kmeans", "spectrum-input"]
     assert list(report["representations"]) == methods
     for task in ("task1", "task1b", "oz"):
         assert all(m in report["tasks"][task] for m in methods)
@@ -430,6 +463,16 @@ def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     assert report["representations"]["spectrum+autophase"] == 16 * 56 + 56
     assert report["representations"]["ir2vec"] == 300
     assert set(report["items"]["ir2vec_failed"].values()) == {0}          # every module and replayed state read
+    assert report["representations"]["inst2vec"] == 200
+    assert set(report["items"]["inst2vec_failed"]) == set(report["items"]["ir2vec_failed"])
+    assert set(report["items"]["inst2vec_failed"].values()) == {0}
+    unknown = report["inst2vec"]["unknown_share"]
+    assert set(unknown) == {"modules", "states", "all"} and all(0.0 < v < 0.6 for v in unknown.values())
+    inst2vec = {task: report["tasks"][task]["inst2vec"] for task in ("task1", "task1b", "oz")}
+    measured = [inst2vec[t][m]["mean"] for t in ("task1", "task1b") for m in ("top1", "top5")]
+    measured += [inst2vec["task1b"]["capture"]["mean"], inst2vec["oz"]["mae"]["mean"], inst2vec["oz"]["linear"]["mae"]]
+    measured += [inst2vec[t]["knn_top1"] for t in ("task1", "task1b")] + [inst2vec["task1b"]["linear"]["top1"]]
+    assert np.isfinite(measured).all() and 0.0 <= inst2vec["task1b"]["top1"]["mean"] <= 1.0
     # the linear probe: one deterministic head per representation, the same as fitting it by hand
     modules = head_parts(module_items(world["store"], world["probes"]), {})
     fit = [modules["train"], modules["valid"]]
@@ -458,6 +501,10 @@ def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     assert "One linear head on every representation" in text and "linear capture" in text
     assert "oz (linear probe): PQ-BERT MAE <= raw spectrum's" in text
     assert "oz: PQ-BERT MAE below ir2vec's by > 3x seed spread" in text
+    assert "oz: PQ-BERT MAE below inst2vec's by > 3x seed spread" in text
+    assert "inst2vec (the mean of the embeddings of a module's statements" in text and "opaque form" in text
+    assert f"!UNK: modules {unknown['modules'] * 100:.1f}%, states {unknown['states'] * 100:.1f}%" in text
+    assert "inst2vec is absent" not in text
     assert (tmp_path / "report" / "tsne-task1b.png").stat().st_size > 10_000
     saved = json.loads((tmp_path / "report" / "report.json").read_text())
     assert {c["target"].split(":")[0] for c in saved["targets"]} >= {"task1b top1", "task1b top5", "oz"}

@@ -49,7 +49,8 @@ example (the project's report, downstream/):
   bpq evaluate --corpus store/ --states states/ --out downstream/ \\
       --ablation kmeans=runs/kmeans/encoder --ablation absolute=runs/absolute/encoder
 
-Writes REPORT_DIR/report.md, report.json and a t-SNE PNG. Task 1b needs --states.
+Writes REPORT_DIR/report.md, report.json and a t-SNE PNG. Task 1b needs --states. --ir2vec and --inst2vec add
+the field's baselines that read IR.
 """
 
 
@@ -143,7 +144,7 @@ def cmd_evaluate(args) -> int:
     except ValueError:
         raise ValueError(f"--seeds takes comma-separated integers, not {args.seeds!r}") from None
     config = EvaluationConfig(seeds=seeds, train_on=args.train_on, score_split=args.score_split,
-                              linear_probe=not args.no_linear_probe, ir2vec=args.ir2vec,
+                              linear_probe=not args.no_linear_probe, ir2vec=args.ir2vec, inst2vec=args.inst2vec,
                               train=TrainSettings(max_epochs=args.max_epochs))
     say = None if args.quiet else (lambda line: print(f"[evaluate] {line}", file=sys.stderr, flush=True))
     report = evaluate(args.corpus, args.out, states=args.states, encoder=_encoder(args), ablations=ablations,
@@ -211,6 +212,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--ir2vec", action="store_true",
                    help="add IR2Vec program vectors as a baseline (the optional extra behavioral-pq[ir2vec]; "
                         "states are replayed to read their IR)")
+    p.add_argument("--inst2vec", action="store_true",
+                   help="add inst2vec as a baseline: the mean of the embeddings of a module's statements (200 dims; "
+                        "its data installed by python scripts/inst2vec_data.py; states are replayed to read their "
+                        "IR)")
     p.add_argument("--json", action="store_true", help="print the target checks as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_evaluate)

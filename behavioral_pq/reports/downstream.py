@@ -11,11 +11,12 @@ Tasks (DESIGN.md section 9):
 - ``knn``: Top-1 of a 5-NN vote in each representation's space (task1b, and task1).
 
 Representations: the prior (no input), Autophase, InstCount, the raw spectrum flattened (P x 56), the raw spectrum
-with Autophase, IR2Vec (with ``ir2vec``: the optional extra, :mod:`behavioral_pq.tasks.ir2vec`; states are
-replayed from their program and prefix to read their IR), PQ-BERT, and the ablations: no Transformer (the
-encoder's sub-embeddings mean-pooled over probes), k-means instead of PQ and absolute instead of log-relative
-reactions (each an encoder pretrained that way, given with ``--ablation NAME=DIR``). inst2vec is absent: no
-maintained package reads LLVM 19 IR (:mod:`behavioral_pq.tasks.ir2vec` says why).
+with Autophase, IR2Vec (with ``ir2vec``: the optional extra, :mod:`behavioral_pq.tasks.ir2vec`), inst2vec (with
+``inst2vec``: the mean of the statements' embeddings, :mod:`behavioral_pq.core.inst2vec`; its data installed by
+``python scripts/inst2vec_data.py``), PQ-BERT, and the ablations: no Transformer (the encoder's sub-embeddings
+mean-pooled over probes), k-means instead of PQ and absolute instead of log-relative reactions (each an encoder
+pretrained that way, given with ``--ablation NAME=DIR``). IR2Vec and inst2vec read IR: a state is replayed from its
+program and prefix to read its IR, and an item either cannot read counts as a zero vector (the report counts them).
 
 Every MLP is trained on the train split, stopped early on valid and scored on test, once per seed; the report
 gives mean and standard deviation over seeds, per-pass precision/recall and a confusion table for the most
@@ -46,6 +47,8 @@ import numpy as np
 
 from behavioral_pq.artifacts import versions, write_json_atomic, write_text_atomic
 from behavioral_pq.core.catalog import PASSES
+from behavioral_pq.core.inst2vec import EMBEDDING_DIM as INST2VEC_DIM
+from behavioral_pq.core.inst2vec import Vocabulary, load_vocabulary, preprocess_ir
 from behavioral_pq.corpus.buckets import slices
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES, read_states, replay
@@ -67,7 +70,7 @@ from behavioral_pq.tasks.estimators import (
 )
 from behavioral_pq.tasks.ir2vec import IR2VEC_DIM, ir2vec_vectors
 
-BASELINES = ("prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec")
+BASELINES = ("prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "inst2vec")
 ABLATIONS = ("no-transformer", "kmeans", "absolute")
 MAIN = "pqbert"
 #: Which programs the heads learn from: every program of the train and valid splits, or one kind of them (the
@@ -78,6 +81,10 @@ TRAIN_ON = ("all", "small", "real")
 #: without reading test; the heads then stop early on EARLY_STOP_SHARE of the train programs).
 SCORE_SPLITS = ("test", "valid")
 EARLY_STOP_SHARE = 8
+#: Longest module text (characters) inst2vec reads: its statements are cut and normalized by regular expressions in
+#: Python (about 0.2 to 0.4 million characters a second), so a longer module gets a zero row and counts as failed
+#: instead of holding the evaluation for minutes.
+INST2VEC_TEXT_LIMIT = 8 << 20
 
 
 @dataclass
@@ -92,6 +99,7 @@ class EvaluationConfig:
     score_split: str = "test"
     linear_probe: bool = True
     ir2vec: bool = False
+    inst2vec: bool = False
     train: TrainSettings = field(default_factory=TrainSettings)
 
     def __post_init__(self):
@@ -123,24 +131,90 @@ def no_transformer_embeddings(items: ItemSet, encoder) -> np.ndarray:
         return torch.cat(parts, dim=-1).mean(dim=1).numpy().astype(np.float32)
 
 
-def ir2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
-                    states: Optional[Union[str, os.PathLike]] = None) -> Tuple[np.ndarray, int]:
-    """IR2Vec vectors of the items, float32 (N, 300), and how many could not be read (their rows are zero):
-    modules are read from the store; with ``states`` (the items' state folder) each state is its program's
-    module after its prefix, replayed."""
+def item_texts(store: Union[str, os.PathLike], items: ItemSet,
+               states: Optional[Union[str, os.PathLike]] = None) -> List[str]:
+    """The IR text of each item: modules are read from the store; with ``states`` (the items' state folder) each
+    state is its program's module after its prefix, replayed."""
     if not len(items):
-        return np.zeros((0, IR2VEC_DIM), np.float32), 0
+        return []
     modules = {m.sha256: m for m in Corpus(store).iter_modules(only=set(items.groups))}
     if states is None:
-        texts = [modules[i].text() for i in items.ids]
-    else:
-        table = read_states(states, ["program", "state", "prefix"]).to_pydict()
-        prefixes = {f"{p}:{s}": prefix for p, s, prefix in zip(table["program"], table["state"], table["prefix"])}
-        texts = [replay(modules[g], prefixes[i]).text() for i, g in zip(items.ids, items.groups)]
+        return [modules[i].text() for i in items.ids]
+    table = read_states(states, ["program", "state", "prefix"]).to_pydict()
+    prefixes = {f"{p}:{s}": prefix for p, s, prefix in zip(table["program"], table["state"], table["prefix"])}
+    return [replay(modules[g], prefixes[i]).text() for i, g in zip(items.ids, items.groups)]
+
+
+def ir2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
+                    states: Optional[Union[str, os.PathLike]] = None, *,
+                    texts: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, int]:
+    """IR2Vec vectors of the items, float32 (N, 300), and how many could not be read (their rows are zero); the
+    items' IR is :func:`item_texts`' (or ``texts``, when already read)."""
+    texts = item_texts(store, items, states) if texts is None else texts
+    if not len(texts):
+        return np.zeros((0, IR2VEC_DIM), np.float32), 0
     vectors, errors = ir2vec_vectors(texts)
     failed = [i for i, e in enumerate(errors) if e is not None]
     vectors[failed] = 0.0
     return vectors, len(failed)
+
+
+def inst2vec_of_texts(texts: Sequence[str], vocabulary: Optional[Vocabulary] = None
+                      ) -> Tuple[np.ndarray, np.ndarray]:
+    """inst2vec vectors of IR texts and their ``!UNK`` shares: (float32 (N, 200), float64 (N,)). A vector is the
+    mean of the embeddings of the module's statements (:func:`~behavioral_pq.core.inst2vec.inst2vec_mean`, typed
+    pointers looked up by their opaque form), its share the fraction of those statements that are ``!UNK``
+    (:func:`~behavioral_pq.core.inst2vec.unknown_share`). A text longer than :data:`INST2VEC_TEXT_LIMIT` characters
+    or that cannot be cut into statements gets a zero row and a NaN share.
+
+    Raises:
+        CheckpointError: inst2vec's data are not installed (the message names the command that installs them).
+    """
+    vocabulary = vocabulary or load_vocabulary()
+    vectors = np.zeros((len(texts), INST2VEC_DIM), np.float32)
+    shares = np.full(len(texts), np.nan)
+    for i, text in enumerate(texts):
+        if len(text) > INST2VEC_TEXT_LIMIT:
+            continue
+        try:
+            rows = np.array([vocabulary.index(s) for s in preprocess_ir(text)], np.int64)
+        except (ValueError, RecursionError):
+            continue
+        if len(rows):
+            vectors[i] = vocabulary.embeddings[rows].mean(axis=0, dtype=np.float64)
+        shares[i] = float(np.mean(rows == vocabulary.unknown)) if len(rows) else 0.0
+    return vectors, shares
+
+
+def inst2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
+                      states: Optional[Union[str, os.PathLike]] = None, *,
+                      texts: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`inst2vec_of_texts` of the items' IR (:func:`item_texts`', or ``texts`` when already read): float32
+    (N, 200) vectors and float64 (N,) ``!UNK`` shares, NaN (and a zero row) where an item could not be read."""
+    return inst2vec_of_texts(item_texts(store, items, states) if texts is None else texts)
+
+
+def _read_baselines(store, parts: Dict[str, ItemSet], states, config: EvaluationConfig, what: str,
+                    report: dict, shares: Dict[str, List[np.ndarray]], say) -> Dict[str, Dict[str, np.ndarray]]:
+    """The IR-reading baselines (IR2Vec, inst2vec) of each part, split -> name -> float32 (N, D); their failures
+    counted in ``report["items"]`` under "``what`` split", inst2vec's ``!UNK`` shares of the items appended to
+    ``shares[what]``. Each item's IR is read (or replayed) once for both."""
+    extra: Dict[str, Dict[str, np.ndarray]] = {split: {} for split in parts}
+    if not (config.ir2vec or config.inst2vec):
+        return extra
+    for split, part in parts.items():
+        say(f"IR of {what} {split}" + (" (replayed)" if states is not None else ""))
+        texts = item_texts(store, part, states)
+        if config.ir2vec:
+            say(f"IR2Vec vectors of {what} {split}")
+            extra[split]["ir2vec"], failed = ir2vec_of_items(store, part, texts=texts)
+            report["items"].setdefault("ir2vec_failed", {})[f"{what} {split}"] = failed
+        if config.inst2vec:
+            say(f"inst2vec vectors of {what} {split}")
+            extra[split]["inst2vec"], unknown = inst2vec_of_items(store, part, texts=texts)
+            report["items"].setdefault("inst2vec_failed", {})[f"{what} {split}"] = int(np.isnan(unknown).sum())
+            shares.setdefault(what, []).append(unknown)
+    return extra
 
 
 def baseline_representations(items: ItemSet) -> Dict[str, np.ndarray]:
@@ -157,7 +231,7 @@ def baseline_representations(items: ItemSet) -> Dict[str, np.ndarray]:
 def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, object]] = None,
                     extra: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """Every representation of the items: name -> float32 (N, D_name); ``extra`` adds precomputed ones after the
-    baselines (IR2Vec)."""
+    baselines (IR2Vec, inst2vec)."""
     reps = {
         **baseline_representations(items),
         **(extra or {}),
@@ -318,13 +392,11 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
                     "probe_set": {"name": encoder.probe_set.name, "hash": encoder.probe_set.hash},
                     "versions": versions(), "config": {**asdict(config), "seeds": list(config.seeds)},
                     "items": {"modules": {k: len(v) for k, v in modules.items()}}, "tasks": {}}
+    if config.inst2vec:
+        load_vocabulary()           # before any work: absent data stop the run here, naming the command to get them
     say("representations of modules")
-    extra = {split: {} for split in modules}
-    if config.ir2vec:
-        say("IR2Vec vectors of modules")
-        for split, part in modules.items():
-            extra[split]["ir2vec"], failed = ir2vec_of_items(store, part)
-            report["items"].setdefault("ir2vec_failed", {})[f"modules {split}"] = failed
+    inst2vec_shares: Dict[str, List[np.ndarray]] = {}
+    extra = _read_baselines(store, modules, None, config, "modules", report, inst2vec_shares, say)
     module_reps = {split: representations(part, encoder, others, extra[split]) for split, part in modules.items()}
     names = list(module_reps["train"])
     report["representations"] = {name: int(module_reps["train"][name].shape[1]) for name in names}
@@ -350,12 +422,7 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
         report["items"]["states"] = {k: len(v) for k, v in state_parts.items()}
         report["items"]["state_programs"] = {k: len(set(v.groups)) for k, v in state_parts.items()}
         say("representations of states")
-        extra = {split: {} for split in state_parts}
-        if config.ir2vec:
-            say("IR2Vec vectors of states (replayed)")
-            for split, part in state_parts.items():
-                extra[split]["ir2vec"], failed = ir2vec_of_items(store, part, states)
-                report["items"]["ir2vec_failed"][f"states {split}"] = failed
+        extra = _read_baselines(store, state_parts, states, config, "states", report, inst2vec_shares, say)
         state_reps = {split: representations(part, encoder, others, extra[split])
                       for split, part in state_parts.items()}
         sets1b = {split: part.next_pass_sets() for split, part in state_parts.items()}
@@ -400,11 +467,22 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
                 result.pop("_scores", None)
                 result.pop("_predictions", None)
     report["figures"] = figures
+    if config.inst2vec:
+        report["inst2vec"] = _inst2vec_summary(inst2vec_shares)
     report["targets"] = check_targets(report)
     report["seconds"] = round(time.perf_counter() - start, 1)
     write_json_atomic(out / "report.json", report, indent=2)
     write_text_atomic(out / "report.md", markdown(report))
     return report
+
+
+def _inst2vec_summary(shares: Dict[str, List[np.ndarray]]) -> dict:
+    """The mean ``!UNK`` share of inst2vec's statements over the items it read (each item weighs the same), for
+    modules, states and all of them, and the longest text it reads."""
+    joined = {what: np.concatenate(parts) for what, parts in shares.items()}
+    joined["all"] = np.concatenate(list(joined.values()))
+    means = {what: float(np.nanmean(v)) if np.isfinite(v).any() else None for what, v in joined.items()}
+    return {"unknown_share": means, "text_limit_chars": INST2VEC_TEXT_LIMIT}
 
 
 def _task_slices(task: dict, names: Sequence[str], test: ItemSet, labels, kind_of: Dict[str, str]) -> dict:
@@ -559,7 +637,7 @@ def _keeps_its_input(tasks: dict) -> List[dict]:
             checks.append({"target": f"task1b top1 ({head}): PQ-BERT >= raw spectrum's - one MLP seed spread",
                            "value": ours - theirs, "needed": -spread, "met": ours - theirs >= -spread})
     t = tasks["oz"]
-    for base in [n for n in ("autophase", "instcount", "ir2vec") if n in t]:
+    for base in [n for n in ("autophase", "instcount", "ir2vec", "inst2vec") if n in t]:
         spread = max(t[MAIN]["mae"]["std"], t[base]["mae"]["std"])
         margin = t[base]["mae"]["mean"] - t[MAIN]["mae"]["mean"]
         checks.append({"target": f"oz: PQ-BERT MAE below {base}'s by > 3x seed spread", "value": margin,
@@ -596,8 +674,7 @@ def markdown(report: dict) -> str:
                                           "syntax; a module it could not read counts as a zero vector, see Items)"
                                           if "ir2vec" in names else "IR2Vec not run (`bpq evaluate --ir2vec`, the "
                                           "optional extra behavioral-pq[ir2vec])")
-             + "; inst2vec is absent: its one packaged encoder (ProGraML's) reads IR only through LLVM 10 or older, "
-             "and no maintained package reads LLVM 19 IR.", ""]
+             + "; " + _inst2vec_sentence(report, names) + ".", ""]
     lines += _linear_lines(tasks, names, kind)
     if "task1b" in tasks:
         t = tasks["task1b"]
@@ -645,6 +722,23 @@ def markdown(report: dict) -> str:
     lines += ["", "## Figures", ""] + [f"![{k}]({v})" for k, v in report["figures"].items()]
     lines += ["", f"Run time {report['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def _inst2vec_sentence(report: dict, names: Sequence[str]) -> str:
+    """What the report says of inst2vec: how its vectors are made and the share of statements it could not map."""
+    if "inst2vec" not in names:
+        return ("inst2vec not run (`bpq evaluate --inst2vec`, after `python scripts/inst2vec_data.py` installs its "
+                "data)")
+    summary = report.get("inst2vec", {})
+    share = summary.get("unknown_share", {})
+    measured = ", ".join(f"{what} {value * 100:.1f}%" for what, value in share.items() if value is not None)
+    limit = summary.get("text_limit_chars", INST2VEC_TEXT_LIMIT)
+    return ("inst2vec (the mean of the embeddings of a module's statements, 200 dims, from CompilerGym 0.2.5's "
+            "vocabulary of LLVM 3.x statements, normalized by inst2vec's rules; since LLVM 19 writes every pointer as "
+            "`ptr`, a statement absent as written is looked up by its opaque form, in which typed pointers are "
+            "`ptr` and the newer attributes are gone, and only what matches neither way is !UNK: "
+            f"{measured or 'no item read'} of the statements, mean over the evaluated items; a module over "
+            f"{limit / (1 << 20):g} MiB of text or that could not be read counts as a zero vector, see Items)")
 
 
 def _linear_lines(tasks: dict, names: Sequence[str], kind: Dict[str, str]) -> List[str]:
@@ -721,4 +815,5 @@ def _per_pass_lines(table: dict, task: str) -> List[str]:
 
 
 __all__ = ["EvaluationConfig", "evaluate", "representations", "no_transformer_embeddings", "check_targets",
-           "markdown", "per_pass_table", "tsne_figure"]
+           "markdown", "per_pass_table", "tsne_figure", "item_texts", "ir2vec_of_items", "inst2vec_of_items",
+           "inst2vec_of_texts"]

@@ -13,10 +13,11 @@ IR2Vec's parser ends the whole process on IR it cannot read, and it links its ow
 computed in a child Python process (never in the one that holds the native core), with a timeout, and a batch
 that fails is retried a module at a time, so that one bad module costs only its own row.
 
-inst2vec (Ben-Nun et al., NeurIPS 2018) is not offered: the one packaged encoder, ProGraML's (pip ``programl``
-0.3.2, the latest), reads IR only through the LLVM it bundles (3.8, 6 or 10: ``programl/create_ops.py``), and the
-original (spcl/ncc) preprocesses LLVM 3.x-era text with regular expressions; neither reads LLVM 19 IR, and no
-lowering of the text bridges nine major versions as it does the three to IR2Vec's.
+inst2vec (Ben-Nun et al., NeurIPS 2018), the other baseline (``bpq evaluate --inst2vec``), is
+:mod:`behavioral_pq.core.inst2vec`: its packaged encoders (ProGraML's, CompilerGym's) read IR only through the LLVM
+they bundle (10 or older), so inst2vec's normalization is applied anew to LLVM 19 text there, in this process (pure
+Python, no parser of its own), and a statement whose pointers LLVM 19 writes as ``ptr`` is looked up by its opaque
+form in the LLVM 3.x vocabulary, which leaves about a quarter of the statements ``!UNK`` instead of two thirds.
 """
 
 from __future__ import annotations
