@@ -14,7 +14,7 @@ Example::
     >>> bpq.spectrum(m).shape
     (24, 56)
 
-The package is layered (see the README's Architecture section): ``core`` (LLVM, modules, passes, features),
+The package is layered (see docs/architecture.md): ``core`` (LLVM, modules, passes, features),
 ``embedding`` (probe sets, spectra, quantizer, PQ-BERT, encoder), ``corpus``, ``training``, ``tasks``
 (predictors, guidance), ``lowering``, ``reports`` and ``cli``. This module re-exports the few names most users
 need; everything else is reachable by submodule (``behavioral_pq.errors`` holds every error class). Names load

@@ -98,13 +98,14 @@ def load_module(source: ModuleLike, *, name: Optional[str] = None, language: Opt
             linked with ``llvm-link-19``); bytes of bitcode or IR text; a string holding IR text (anything
             with a newline); or a Module (returned as is).
         name: shown in messages (default: the file name; the names joined by ``+`` for several).
-        language, flags: for C/C++ sources: ``"c"`` or ``"c++"`` (default from the suffix) and extra clang flags
-            (``-I``, ``-D``, ``-std=``).
+        language: for C/C++ sources: ``"c"`` or ``"c++"`` (default from the suffix).
+        flags: for C/C++ sources: extra clang flags (``-I``, ``-D``, ``-std=``).
         engine: where parsing runs (default: the shared protected engine).
 
     Raises:
-        FileNotFoundError: no such file. InvalidIRError: not valid LLVM IR, or a C/C++ program with no code
-        (no function defined). CompileError: clang failed, or the files do not link.
+        FileNotFoundError: no such file.
+        InvalidIRError: not valid LLVM IR, or a C/C++ program with no code (no function defined).
+        CompileError: clang failed, or the files do not link.
     """
     if isinstance(source, Module):
         return source

@@ -16,7 +16,7 @@ counts it sums): a row with a slice left visible would be predicted from itself,
 is meant to teach is how a module reacts to the *other* probes. The quantizer stays the target vocabulary.
 
 The embedding of a module is the mean of the final hidden states over the P probe positions (``pooling="mean"``,
-the default); ``pooling="cls"`` takes the [CLS] state instead. See the README for the comparison.
+the default); ``pooling="cls"`` takes the [CLS] state instead. See docs/architecture.md, "The encoder", for the comparison.
 
 A model with ``pooled_decoder`` also learns, during pretraining, to rebuild every code from the mean-pooled
 embedding alone (``masked_lm_loss(..., pooled_weight=...)``), which makes the pooled vector keep each probe's

@@ -70,8 +70,8 @@ class RunInput:
 
     Raises:
         FileNotFoundError, NotADirectoryError, ValueError: a named file or folder is missing or cannot be shown
-        (``/``, a relative path that leaves ``base``, ``.`` itself: the run's working folder is its own), or a
-        link flag is refused.
+            (``/``, a relative path that leaves ``base``, ``.`` itself: the run's working folder is its own), or a
+            link flag is refused.
     """
 
     args: Tuple[str, ...] = ()
