@@ -12,6 +12,7 @@ from conftest import EXAMPLES
 import behavioral_pq as bpq
 from behavioral_pq.core.catalog import get_pass
 from behavioral_pq.core.inst2vec import inst2vec_mean, load_vocabulary, unknown_share
+from behavioral_pq.core.programl import programl_counts, programl_json
 from behavioral_pq.corpus import build_corpus, compute_spectra, discover, split_corpus
 from behavioral_pq.corpus.buckets import BUCKET_NAMES
 from behavioral_pq.corpus.states import (
@@ -50,6 +51,7 @@ from behavioral_pq.tasks.estimators import (
 )
 from behavioral_pq.tasks.finetune import FineTuneSettings
 from behavioral_pq.tasks.ir2vec import ir2vec_vectors, lower_syntax
+from behavioral_pq.tasks.programl_features import LLVM_OPCODES, PROGRAML_DIM, PROGRAML_FEATURES, programl_vectors
 from behavioral_pq.tasks.predictors import PassScore, load_predictor, train_predictor
 from behavioral_pq.training.pretraining import PretrainConfig, TrainingConfig, pretrain
 
@@ -235,6 +237,43 @@ def test_inst2vec_rows_are_the_mean_statement_embedding_and_a_text_over_the_limi
     assert not vectors[-2:].any() and shares[-2] == 0.0        # no statement: a zero row, nothing unknown
     assert np.isnan(shares[-1])                                # too long: failed
     assert "--inst2vec" in bpq_cli("evaluate", "--help").stdout
+
+
+def test_programl_rows_are_graph_statistics_of_the_module_and_a_module_over_the_limit_is_a_failed_zero_row():
+    """bpq evaluate's ProGraML rows: log1p of counts read from the module's ProGraML graph (no GNN), the same for a
+    module and its text, fewer instruction nodes after -Oz; a module over the instruction limit is a zero row with
+    its error, and the modules after it are still read."""
+    modules = [bpq.load_module(p) for p in sorted(EXAMPLES.glob("*.c"))]
+    shrunk = [bpq.optimize(m, "Oz") for m in modules]
+    vectors, errors = programl_vectors(modules + shrunk)
+    assert vectors.dtype == np.float32 and vectors.shape == (8, PROGRAML_DIM) and PROGRAML_DIM == 91
+    assert len(PROGRAML_FEATURES) == len(set(PROGRAML_FEATURES)) == PROGRAML_DIM and len(LLVM_OPCODES) == 65
+    assert errors == [None] * 8 and np.isfinite(vectors).all() and (vectors >= 0).all()
+    assert len({v.tobytes() for v in vectors}) == 8                         # every module its own vector
+    again, _ = programl_vectors([m.text() for m in modules + shrunk])       # a module parsed from its text
+    np.testing.assert_array_equal(again, vectors)
+    feature = {name: i for i, name in enumerate(PROGRAML_FEATURES)}
+    counts = np.rint(np.expm1(vectors.astype(np.float64)))
+    opcodes = [feature[f"opcode:{o}"] for o in LLVM_OPCODES]
+    for module, row in zip(modules + shrunk, counts):
+        truth = programl_counts(programl_json(module))
+        assert [row[feature[f"nodes:{t}"]] for t in truth["nodes"]] == list(truth["nodes"].values())
+        assert [row[feature[f"edges:{f}"]] for f in truth["edges"]] == list(truth["edges"].values())
+        assert row[opcodes].sum() == module.instruction_count and row[feature["opcode:(other)"]] == 0
+        assert row[feature["nodes:instruction"]] == module.instruction_count + row[feature["opcode:(declaration)"]] + 1
+        positions = [row[feature[f"data-position:{p}"]] for p in ("0", "1", "2", "3+")]
+        assert sum(positions) == truth["edges"]["data"] and row[feature["functions"]] >= 1
+        assert row[feature["blocks"]] >= row[feature["functions"]]
+        assert row[feature["degree:control:out:max"]] >= row[feature["degree:control:out:mean"]] >= 1
+    for before, after in zip(counts[:4], counts[4:]):
+        assert after[feature["nodes:instruction"]] < before[feature["nodes:instruction"]]
+        assert after[opcodes][LLVM_OPCODES.index("alloca")] < before[opcodes][LLVM_OPCODES.index("alloca")]
+    limit = modules[1].instruction_count - 1                                # matmul.c: the largest
+    over, errors = programl_vectors(modules, instruction_limit=limit)
+    assert [e is None for e in errors] == [m.instruction_count <= limit for m in modules] == [True, False, True, True]
+    assert isinstance(errors[1], ValueError) and "over the" in str(errors[1]) and not over[1].any()
+    np.testing.assert_array_equal(over[[0, 2, 3]], vectors[[0, 2, 3]])
+    assert "--programl" in bpq_cli("evaluate", "--help").stdout
 
 
 def test_next_pass_labels_have_an_explicit_no_pass_class():
@@ -450,11 +489,11 @@ def test_a_spectrum_encoder_fine_tunes_through_its_rows_and_predicts_with_them(w
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
-    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST, ir2vec=True, inst2vec=True)
+    config = EvaluationConfig(seeds=(0, 1), tsne_points=200, train=FAST, ir2vec=True, inst2vec=True, programl=True)
     report = evaluate(world["store"], tmp_path / "report", states=world["states"], encoder=world["encoder"],
                       ablations={"kmeans": world["kmeans"], "spectrum-input": world["spectrum"]}, config=config)
     methods = ["prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "inst2vec",
-               "pqbert", "no-transformer", "kmeans", "spectrum-input"]
+               "programl", "pqbert", "no-transformer", "kmeans", "spectrum-input"]
     assert list(report["representations"]) == methods
     for task in ("task1", "task1b", "oz"):
         assert all(m in report["tasks"][task] for m in methods)
@@ -473,6 +512,15 @@ def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     measured += [inst2vec["task1b"]["capture"]["mean"], inst2vec["oz"]["mae"]["mean"], inst2vec["oz"]["linear"]["mae"]]
     measured += [inst2vec[t]["knn_top1"] for t in ("task1", "task1b")] + [inst2vec["task1b"]["linear"]["top1"]]
     assert np.isfinite(measured).all() and 0.0 <= inst2vec["task1b"]["top1"]["mean"] <= 1.0
+    assert report["representations"]["programl"] == PROGRAML_DIM
+    assert set(report["items"]["programl_failed"]) == set(report["items"]["ir2vec_failed"])
+    assert set(report["items"]["programl_failed"].values()) == {0}
+    assert report["programl"]["features"] == list(PROGRAML_FEATURES)
+    programl = {task: report["tasks"][task]["programl"] for task in ("task1", "task1b", "oz")}
+    measured = [programl[t][m]["mean"] for t in ("task1", "task1b") for m in ("top1", "top5")]
+    measured += [programl["task1b"]["capture"]["mean"], programl["oz"]["mae"]["mean"], programl["oz"]["linear"]["mae"]]
+    measured += [programl[t]["knn_top1"] for t in ("task1", "task1b")] + [programl["task1b"]["linear"]["top1"]]
+    assert np.isfinite(measured).all() and 0.0 <= programl["task1b"]["top1"]["mean"] <= 1.0
     # the linear probe: one deterministic head per representation, the same as fitting it by hand
     modules = head_parts(module_items(world["store"], world["probes"]), {})
     fit = [modules["train"], modules["valid"]]
@@ -505,6 +553,8 @@ def test_evaluation_report_has_every_method_task_and_target(world, tmp_path):
     assert "inst2vec (the mean of the embeddings of a module's statements" in text and "opaque form" in text
     assert f"!UNK: modules {unknown['modules'] * 100:.1f}%, states {unknown['states'] * 100:.1f}%" in text
     assert "inst2vec is absent" not in text
+    assert "oz: PQ-BERT MAE below programl's by > 3x seed spread" in text
+    assert f"ProGraML graph statistics ({PROGRAML_DIM} dims" in text and "no graph neural network" in text
     assert (tmp_path / "report" / "tsne-task1b.png").stat().st_size > 10_000
     saved = json.loads((tmp_path / "report" / "report.json").read_text())
     assert {c["target"].split(":")[0] for c in saved["targets"]} >= {"task1b top1", "task1b top5", "oz"}

@@ -49,8 +49,8 @@ example (the project's report, downstream/):
   bpq evaluate --corpus store/ --states states/ --out downstream/ \\
       --ablation kmeans=runs/kmeans/encoder --ablation absolute=runs/absolute/encoder
 
-Writes REPORT_DIR/report.md, report.json and a t-SNE PNG. Task 1b needs --states. --ir2vec and --inst2vec add
-the field's baselines that read IR.
+Writes REPORT_DIR/report.md, report.json and a t-SNE PNG. Task 1b needs --states. --ir2vec, --inst2vec and
+--programl add the field's baselines that read the module (ProGraML as statistics of its graphs, no GNN).
 """
 
 
@@ -145,7 +145,7 @@ def cmd_evaluate(args) -> int:
         raise ValueError(f"--seeds takes comma-separated integers, not {args.seeds!r}") from None
     config = EvaluationConfig(seeds=seeds, train_on=args.train_on, score_split=args.score_split,
                               linear_probe=not args.no_linear_probe, ir2vec=args.ir2vec, inst2vec=args.inst2vec,
-                              train=TrainSettings(max_epochs=args.max_epochs))
+                              programl=args.programl, train=TrainSettings(max_epochs=args.max_epochs))
     say = None if args.quiet else (lambda line: print(f"[evaluate] {line}", file=sys.stderr, flush=True))
     report = evaluate(args.corpus, args.out, states=args.states, encoder=_encoder(args), ablations=ablations,
                       config=config, progress=say)
@@ -216,6 +216,9 @@ def add_parsers(sub) -> None:
                    help="add inst2vec as a baseline: the mean of the embeddings of a module's statements (200 dims; "
                         "its data installed by python scripts/inst2vec_data.py; states are replayed to read their "
                         "IR)")
+    p.add_argument("--programl", action="store_true",
+                   help="add ProGraML as a baseline: statistics of each module's ProGraML graph (counts of nodes, "
+                        "edges, opcodes, degrees and operand positions, log1p; no GNN; states are replayed)")
     p.add_argument("--json", action="store_true", help="print the target checks as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_evaluate)

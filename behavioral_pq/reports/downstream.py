@@ -13,10 +13,12 @@ Tasks (DESIGN.md section 9):
 Representations: the prior (no input), Autophase, InstCount, the raw spectrum flattened (P x 56), the raw spectrum
 with Autophase, IR2Vec (with ``ir2vec``: the optional extra, :mod:`behavioral_pq.tasks.ir2vec`), inst2vec (with
 ``inst2vec``: the mean of the statements' embeddings, :mod:`behavioral_pq.core.inst2vec`; its data installed by
-``python scripts/inst2vec_data.py``), PQ-BERT, and the ablations: no Transformer (the encoder's sub-embeddings
-mean-pooled over probes), k-means instead of PQ and absolute instead of log-relative reactions (each an encoder
-pretrained that way, given with ``--ablation NAME=DIR``). IR2Vec and inst2vec read IR: a state is replayed from its
-program and prefix to read its IR, and an item either cannot read counts as a zero vector (the report counts them).
+``python scripts/inst2vec_data.py``), ProGraML (with ``programl``: statistics of each module's ProGraML graph,
+counts of nodes, edges, opcodes, degrees and operand positions, no GNN; :mod:`behavioral_pq.tasks.programl_features`),
+PQ-BERT, and the ablations: no Transformer (the encoder's sub-embeddings mean-pooled over probes), k-means instead of
+PQ and absolute instead of log-relative reactions (each an encoder pretrained that way, given with ``--ablation
+NAME=DIR``). IR2Vec, inst2vec and ProGraML read the module: a state is replayed from its program and prefix, and an
+item one of them cannot read counts as a zero vector in it (the report counts them).
 
 Every MLP is trained on the train split, stopped early on valid and scored on test, once per seed; the report
 gives mean and standard deviation over seeds, per-pass precision/recall and a confusion table for the most
@@ -49,6 +51,7 @@ from behavioral_pq.artifacts import versions, write_json_atomic, write_text_atom
 from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.inst2vec import EMBEDDING_DIM as INST2VEC_DIM
 from behavioral_pq.core.inst2vec import Vocabulary, load_vocabulary, preprocess_ir
+from behavioral_pq.core.module import Module
 from behavioral_pq.corpus.buckets import slices
 from behavioral_pq.corpus.reader import Corpus
 from behavioral_pq.corpus.states import NO_PASS, NUM_CLASSES, read_states, replay
@@ -69,8 +72,15 @@ from behavioral_pq.tasks.estimators import (
     top_k_accuracy,
 )
 from behavioral_pq.tasks.ir2vec import IR2VEC_DIM, ir2vec_vectors
+from behavioral_pq.tasks.programl_features import (
+    PROGRAML_DIM,
+    PROGRAML_FEATURES,
+    PROGRAML_INSTRUCTION_LIMIT,
+    programl_vectors,
+)
 
-BASELINES = ("prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "inst2vec")
+BASELINES = ("prior", "autophase", "instcount", "raw-spectrum", "spectrum+autophase", "ir2vec", "inst2vec",
+             "programl")
 ABLATIONS = ("no-transformer", "kmeans", "absolute")
 MAIN = "pqbert"
 #: Which programs the heads learn from: every program of the train and valid splits, or one kind of them (the
@@ -100,6 +110,7 @@ class EvaluationConfig:
     linear_probe: bool = True
     ir2vec: bool = False
     inst2vec: bool = False
+    programl: bool = False
     train: TrainSettings = field(default_factory=TrainSettings)
 
     def __post_init__(self):
@@ -131,18 +142,24 @@ def no_transformer_embeddings(items: ItemSet, encoder) -> np.ndarray:
         return torch.cat(parts, dim=-1).mean(dim=1).numpy().astype(np.float32)
 
 
-def item_texts(store: Union[str, os.PathLike], items: ItemSet,
-               states: Optional[Union[str, os.PathLike]] = None) -> List[str]:
-    """The IR text of each item: modules are read from the store; with ``states`` (the items' state folder) each
+def item_modules(store: Union[str, os.PathLike], items: ItemSet,
+                 states: Optional[Union[str, os.PathLike]] = None) -> List[Module]:
+    """The module of each item: modules are read from the store; with ``states`` (the items' state folder) each
     state is its program's module after its prefix, replayed."""
     if not len(items):
         return []
     modules = {m.sha256: m for m in Corpus(store).iter_modules(only=set(items.groups))}
     if states is None:
-        return [modules[i].text() for i in items.ids]
+        return [modules[i] for i in items.ids]
     table = read_states(states, ["program", "state", "prefix"]).to_pydict()
     prefixes = {f"{p}:{s}": prefix for p, s, prefix in zip(table["program"], table["state"], table["prefix"])}
-    return [replay(modules[g], prefixes[i]).text() for i, g in zip(items.ids, items.groups)]
+    return [replay(modules[g], prefixes[i]) for i, g in zip(items.ids, items.groups)]
+
+
+def item_texts(store: Union[str, os.PathLike], items: ItemSet,
+               states: Optional[Union[str, os.PathLike]] = None) -> List[str]:
+    """The IR text of each item's module (:func:`item_modules`)."""
+    return [m.text() for m in item_modules(store, items, states)]
 
 
 def ir2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
@@ -194,17 +211,30 @@ def inst2vec_of_items(store: Union[str, os.PathLike], items: ItemSet,
     return inst2vec_of_texts(item_texts(store, items, states) if texts is None else texts)
 
 
+def programl_of_items(store: Union[str, os.PathLike], items: ItemSet,
+                      states: Optional[Union[str, os.PathLike]] = None, *,
+                      modules: Optional[Sequence[Module]] = None) -> Tuple[np.ndarray, int]:
+    """ProGraML graph statistics of the items (:func:`~behavioral_pq.tasks.programl_features.programl_vectors`),
+    float32 (N, PROGRAML_DIM), and how many could not be read (over the instruction limit, or no graph; their rows
+    are zero); the items' modules are :func:`item_modules`' (or ``modules``, when already read)."""
+    modules = item_modules(store, items, states) if modules is None else modules
+    vectors, errors = programl_vectors(modules)
+    return vectors, sum(e is not None for e in errors)
+
+
 def _read_baselines(store, parts: Dict[str, ItemSet], states, config: EvaluationConfig, what: str,
                     report: dict, shares: Dict[str, List[np.ndarray]], say) -> Dict[str, Dict[str, np.ndarray]]:
-    """The IR-reading baselines (IR2Vec, inst2vec) of each part, split -> name -> float32 (N, D); their failures
-    counted in ``report["items"]`` under "``what`` split", inst2vec's ``!UNK`` shares of the items appended to
-    ``shares[what]``. Each item's IR is read (or replayed) once for both."""
+    """The baselines that read the module (IR2Vec, inst2vec, ProGraML) of each part, split -> name -> float32
+    (N, D); their failures counted in ``report["items"]`` under "``what`` split", inst2vec's ``!UNK`` shares of the
+    items appended to ``shares[what]``. Each item's module is read (or replayed) once for all, its IR printed once
+    for IR2Vec and inst2vec."""
     extra: Dict[str, Dict[str, np.ndarray]] = {split: {} for split in parts}
-    if not (config.ir2vec or config.inst2vec):
+    if not (config.ir2vec or config.inst2vec or config.programl):
         return extra
     for split, part in parts.items():
-        say(f"IR of {what} {split}" + (" (replayed)" if states is not None else ""))
-        texts = item_texts(store, part, states)
+        say(f"reading {what} {split}" + (" (replayed)" if states is not None else ""))
+        modules = item_modules(store, part, states)
+        texts = [m.text() for m in modules] if config.ir2vec or config.inst2vec else []
         if config.ir2vec:
             say(f"IR2Vec vectors of {what} {split}")
             extra[split]["ir2vec"], failed = ir2vec_of_items(store, part, texts=texts)
@@ -214,6 +244,10 @@ def _read_baselines(store, parts: Dict[str, ItemSet], states, config: Evaluation
             extra[split]["inst2vec"], unknown = inst2vec_of_items(store, part, texts=texts)
             report["items"].setdefault("inst2vec_failed", {})[f"{what} {split}"] = int(np.isnan(unknown).sum())
             shares.setdefault(what, []).append(unknown)
+        if config.programl:
+            say(f"ProGraML graph statistics of {what} {split}")
+            extra[split]["programl"], failed = programl_of_items(store, part, modules=modules)
+            report["items"].setdefault("programl_failed", {})[f"{what} {split}"] = failed
     return extra
 
 
@@ -231,7 +265,7 @@ def baseline_representations(items: ItemSet) -> Dict[str, np.ndarray]:
 def representations(items: ItemSet, encoder, ablations: Optional[Dict[str, object]] = None,
                     extra: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """Every representation of the items: name -> float32 (N, D_name); ``extra`` adds precomputed ones after the
-    baselines (IR2Vec, inst2vec)."""
+    baselines (IR2Vec, inst2vec, ProGraML)."""
     reps = {
         **baseline_representations(items),
         **(extra or {}),
@@ -469,6 +503,8 @@ def evaluate(store: Union[str, os.PathLike], out: Union[str, os.PathLike], *,
     report["figures"] = figures
     if config.inst2vec:
         report["inst2vec"] = _inst2vec_summary(inst2vec_shares)
+    if config.programl:
+        report["programl"] = {"instruction_limit": PROGRAML_INSTRUCTION_LIMIT, "features": list(PROGRAML_FEATURES)}
     report["targets"] = check_targets(report)
     report["seconds"] = round(time.perf_counter() - start, 1)
     write_json_atomic(out / "report.json", report, indent=2)
@@ -637,7 +673,7 @@ def _keeps_its_input(tasks: dict) -> List[dict]:
             checks.append({"target": f"task1b top1 ({head}): PQ-BERT >= raw spectrum's - one MLP seed spread",
                            "value": ours - theirs, "needed": -spread, "met": ours - theirs >= -spread})
     t = tasks["oz"]
-    for base in [n for n in ("autophase", "instcount", "ir2vec", "inst2vec") if n in t]:
+    for base in [n for n in ("autophase", "instcount", "ir2vec", "inst2vec", "programl") if n in t]:
         spread = max(t[MAIN]["mae"]["std"], t[base]["mae"]["std"])
         margin = t[base]["mae"]["mean"] - t[MAIN]["mae"]["mean"]
         checks.append({"target": f"oz: PQ-BERT MAE below {base}'s by > 3x seed spread", "value": margin,
@@ -674,7 +710,7 @@ def markdown(report: dict) -> str:
                                           "syntax; a module it could not read counts as a zero vector, see Items)"
                                           if "ir2vec" in names else "IR2Vec not run (`bpq evaluate --ir2vec`, the "
                                           "optional extra behavioral-pq[ir2vec])")
-             + "; " + _inst2vec_sentence(report, names) + ".", ""]
+             + "; " + _inst2vec_sentence(report, names) + "; " + _programl_sentence(report, names) + ".", ""]
     lines += _linear_lines(tasks, names, kind)
     if "task1b" in tasks:
         t = tasks["task1b"]
@@ -739,6 +775,19 @@ def _inst2vec_sentence(report: dict, names: Sequence[str]) -> str:
             "`ptr` and the newer attributes are gone, and only what matches neither way is !UNK: "
             f"{measured or 'no item read'} of the statements, mean over the evaluated items; a module over "
             f"{limit / (1 << 20):g} MiB of text or that could not be read counts as a zero vector, see Items)")
+
+
+def _programl_sentence(report: dict, names: Sequence[str]) -> str:
+    """What the report says of ProGraML: which statistics of its graphs make the vector, and that no GNN reads them."""
+    if "programl" not in names:
+        return "ProGraML not run (`bpq evaluate --programl`)"
+    limit = report.get("programl", {}).get("instruction_limit", PROGRAML_INSTRUCTION_LIMIT)
+    return (f"ProGraML graph statistics ({PROGRAML_DIM} dims, log1p of counts read from each module's ProGraML graph "
+            "as this package builds it on LLVM 19: nodes by type, edges by flow, instructions by opcode, mean and "
+            "largest in- and out-degree by flow, functions, blocks and data edges by operand position; no graph "
+            "neural network is trained, so this row measures what the graph's counts tell, not what a GNN would "
+            f"learn from it; a module over {limit:,} instructions or whose graph could not be built counts as a "
+            "zero vector, see Items)")
 
 
 def _linear_lines(tasks: dict, names: Sequence[str], kind: Dict[str, str]) -> List[str]:
@@ -815,5 +864,5 @@ def _per_pass_lines(table: dict, task: str) -> List[str]:
 
 
 __all__ = ["EvaluationConfig", "evaluate", "representations", "no_transformer_embeddings", "check_targets",
-           "markdown", "per_pass_table", "tsne_figure", "item_texts", "ir2vec_of_items", "inst2vec_of_items",
-           "inst2vec_of_texts"]
+           "markdown", "per_pass_table", "tsne_figure", "item_modules", "item_texts", "ir2vec_of_items",
+           "inst2vec_of_items", "inst2vec_of_texts", "programl_of_items"]
