@@ -47,9 +47,7 @@ class Sessions:
         return self.next_id
 
     def _observe(self, module, wants):
-        autophase, instcount = wants
-        return (module.instruction_count(), module.autophase() if autophase else None,
-                module.instcount() if instcount else None)
+        return module.observe(*wants)
 
     def handle(self, request, progress):
         """Session requests: ``open`` (bitcode, pipelines to replay) -> id; ``apply`` (id, pipeline, wants) ->

@@ -169,6 +169,20 @@ PYBIND11_MODULE(_native, m) {
       }, "int64 (56,)")
       .def("instcount", [](const LiveModule &self) { return toArray(self.instcount()); },
            "int64 (len(instcount_names()),)")
+      .def("observe", [](const LiveModule &self, bool autophase, bool instcount) {
+        int64_t count = 0;
+        py::object features = py::none();
+        if (autophase) {
+          const AutophaseVector v = self.autophase(&count);
+          features = toArray(std::vector<int64_t>(v.begin(), v.end()));
+        } else {
+          count = self.instructionCount();
+        }
+        py::object counts = instcount ? py::object(toArray(self.instcount())) : py::object(py::none());
+        return py::make_tuple(count, features, counts);
+      }, py::arg("autophase") = false, py::arg("instcount") = false,
+         "(instruction count, Autophase int64 (56,) or None, InstCount or None): with Autophase, one walk of the "
+         "module gives both.")
       .def("instruction_count", &LiveModule::instructionCount)
       .def("bitcode", [](const LiveModule &self, bool preserveUseListOrder) {
         std::string out;
