@@ -10,16 +10,23 @@ from conftest import EXAMPLES
 
 import behavioral_pq as bpq
 import behavioral_pq.env.llvm as env_llvm
-from behavioral_pq.core.catalog import PASSES, sequence_pipeline
+from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.engine import Engine, LiveSession
 from behavioral_pq.core.features import INSTCOUNT_FEATURES
 from behavioral_pq.env import make
-from behavioral_pq.errors import PassCrashError, PipelineError
+from behavioral_pq.errors import InvalidIRError, PassCrashError, PipelineError
 
 # LLVM 19 aborts (report_fatal_error "LICM requires MemorySSA") on the first loop it meets: see test_engine.py.
 ABORTING = "function(sroa),licm"
 SLOW = ",".join(["default<O3>"] * 40)
 SROA = next(i for i, p in enumerate(PASSES) if p.flag == "-sroa")
+
+
+def replace_pipeline(monkeypatch, action, pipeline):
+    """Make the environment run ``pipeline`` for ``action``."""
+    pipelines = list(env_llvm.ACTION_PIPELINES)
+    pipelines[action] = pipeline
+    monkeypatch.setattr(env_llvm, "ACTION_PIPELINES", tuple(pipelines))
 
 
 class ByteEngine:
@@ -122,8 +129,7 @@ def test_in_process_engine_runs_live_sessions_too():
 
 def test_a_crash_in_the_live_worker_ends_the_episode_and_other_episodes_replay(monkeypatch):
     crash_on = SROA
-    monkeypatch.setattr(env_llvm, "sequence_pipeline",
-                        lambda actions: ABORTING if list(actions) == [crash_on] else sequence_pipeline(actions))
+    replace_pipeline(monkeypatch, crash_on, ABORTING)
     with Engine(workers=1) as engine:
         env = make("llvm-v0", benchmark=str(EXAMPLES / "sum_array.c"), observation_space="Autophase",
                    reward_space="IrInstructionCount", engine=engine)
@@ -153,8 +159,7 @@ def test_a_hanging_pass_in_the_live_worker_times_out(tmp_path, monkeypatch):
              f"return {f'f{i - 1}(x + {i}) * 3' if i else 'x'} + c; }}" for i in range(300)]
     source = tmp_path / "big.c"
     source.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(env_llvm, "sequence_pipeline",
-                        lambda actions: SLOW if list(actions) == [SROA] else sequence_pipeline(actions))
+    replace_pipeline(monkeypatch, SROA, SLOW)
     with Engine(workers=1, timeout=1.0) as engine:
         env = make("llvm-v0", benchmark=str(source), reward_space="IrInstructionCount", engine=engine)
         env.reset()
@@ -174,6 +179,21 @@ def test_live_session_errors_are_typed():
         with pytest.raises(PipelineError):
             session.apply("no-such-pass")
         assert session.pipelines == ["function(sroa)"]
+
+
+def test_a_step_the_worker_cannot_run_is_refused_and_the_worker_lives_on():
+    with Engine(workers=1, timeout=60) as engine:
+        session = engine.open_session(bpq.load_module(EXAMPLES / "sum_array.c").bitcode, "sum_array")
+        assert session.apply("function(sroa)", autophase=True).autophase is not None
+        worker = engine._session_worker
+        with pytest.raises(InvalidIRError, match="no live session 999"):   # answered by the native step server
+            engine._session_call(("apply", 999, "function(sroa)", (True, False)), "sum_array")
+        assert engine._session_worker is worker and engine.restarts == 0
+        result = session.observe(autophase=True, instcount=True)
+        expected = bpq.optimize(bpq.load_module(EXAMPLES / "sum_array.c"), "-sroa", engine=engine)
+        np.testing.assert_array_equal(result.autophase, bpq.autophase(expected))
+        np.testing.assert_array_equal(result.instcount, bpq.instcount(expected))
+        assert result.instruction_count == expected.instruction_count
 
 
 def test_reset_reuses_an_unchanged_benchmark_file_and_reloads_a_changed_one(engine, tmp_path, monkeypatch):

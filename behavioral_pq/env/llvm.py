@@ -36,7 +36,6 @@ from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, needs_cxx_runtime, run_tool, text_size
 from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, csmith_program
 from behavioral_pq.corpus.reader import Corpus
-from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.spectrum import spectrum
 from behavioral_pq.errors import EngineError
 from behavioral_pq.lowering.sandbox import Sandbox, describe
@@ -63,9 +62,15 @@ class ActionSpace(spaces.Discrete):
         return " ".join(self.flags[a] for a in actions)
 
 
+#: Each action's pipeline, ``sequence_pipeline([action])``, made once.
+ACTION_PIPELINES: Tuple[str, ...] = tuple(sequence_pipeline([i]) for i in range(len(PASSES)))
+
+
 def _action(action) -> int:
     """``action`` as a pass index: an integer (Python, numpy, anything with ``__index__``) in 0..123. A bool, a
     float or a string is refused with a TypeError, never rounded or parsed (1.7 is not pass 1)."""
+    if type(action) is int and 0 <= action < len(PASSES):   # the common case, first
+        return action
     if isinstance(action, (bool, np.bool_)):
         raise TypeError(f"an action is an integer in 0..{len(PASSES) - 1}, not the bool {action!r}")
     try:
@@ -352,7 +357,7 @@ class LlvmEnv(gymnasium.Env):
             else:
                 start = self._module
                 for action in actions:   # one run per action, as separate steps: the same modules as step()
-                    bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
+                    bitcode = self.engine.run_pipeline(self._module.bitcode, ACTION_PIPELINES[action],
                                                        name=self._module.name)
                     self._module = Module(bitcode, name=self._module.name)
                     self._actions.append(action)
@@ -371,11 +376,12 @@ class LlvmEnv(gymnasium.Env):
         """Apply ``actions`` to the live module, one run each; True when any changed it. The last one brings back
         the in-place observations that are asked for or prefetched."""
         wanted = set(self.prefetch) | set([obs_names] if isinstance(obs_names, str) else obs_names or [])
+        autophase, instcount = "Autophase" in wanted, "InstCount" in wanted
         changed = False
         for i, action in enumerate(actions):
             last = i == len(actions) - 1
-            result = self._session.apply(sequence_pipeline([action]), autophase=last and "Autophase" in wanted,
-                                         instcount=last and "InstCount" in wanted)
+            result = self._session.apply(ACTION_PIPELINES[action], autophase=last and autophase,
+                                         instcount=last and instcount)
             self._actions.append(action)
             if result.changed:
                 changed = True
@@ -509,6 +515,8 @@ class LlvmEnv(gymnasium.Env):
     @property
     def encoder(self):
         if self._encoder is None:
+            from behavioral_pq.embedding.encoder import load_encoder   # torch loads here, not with the environment
+
             self._encoder = load_encoder()
         return self._encoder
 
