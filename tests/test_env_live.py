@@ -2,7 +2,9 @@
 results as the pass sequence applied from scratch, no bitcode sent, and crashes and hangs contained as before."""
 
 import gc
+import hashlib
 import random
+import re
 
 import numpy as np
 import pytest
@@ -10,16 +12,24 @@ from conftest import EXAMPLES
 
 import behavioral_pq as bpq
 import behavioral_pq.env.llvm as env_llvm
-from behavioral_pq.core.catalog import PASSES, sequence_pipeline
+from behavioral_pq.core.catalog import PASSES
 from behavioral_pq.core.engine import Engine, LiveSession
 from behavioral_pq.core.features import INSTCOUNT_FEATURES
 from behavioral_pq.env import make
-from behavioral_pq.errors import PassCrashError, PipelineError
+from behavioral_pq.errors import InvalidIRError, PassCrashError, PipelineError
 
 # LLVM 19 aborts (report_fatal_error "LICM requires MemorySSA") on the first loop it meets: see test_engine.py.
 ABORTING = "function(sroa),licm"
 SLOW = ",".join(["default<O3>"] * 40)
 SROA = next(i for i, p in enumerate(PASSES) if p.flag == "-sroa")
+TOTAL_INSTS = 51   # AUTOPHASE_FEATURES.index("TotalInsts")
+
+
+def replace_pipeline(monkeypatch, action, pipeline):
+    """Make the environment run ``pipeline`` for ``action``."""
+    pipelines = list(env_llvm.ACTION_PIPELINES)
+    pipelines[action] = pipeline
+    monkeypatch.setattr(env_llvm, "ACTION_PIPELINES", tuple(pipelines))
 
 
 class ByteEngine:
@@ -63,6 +73,63 @@ def test_live_steps_equal_the_prefix_optimized_from_scratch(engine, program, see
     assert live.observation["Bitcode"] == expected.bitcode
     assert live.state.reward == byte.state.reward
     assert live.validate()
+
+
+def _ir_digest(text: str) -> bytes:
+    """The IR's digest without the blocks' "; preds = ..." comments: they list the use-list order, which a module
+    written as bitcode without it (the Ir observation) does not keep."""
+    return hashlib.sha256(re.sub(r" *; preds = [^\n]*", "", text).encode()).digest()
+
+
+def test_live_episodes_equal_their_pass_chains_run_afresh():
+    """Many random episodes: at every step, the live module's Autophase is that of the chain of the episode's
+    passes applied to a fresh copy of the benchmark, each pass with fresh analyses (as Engine.autophase_tree runs a
+    chain), and the episode's final module is that chain's (the same IR)."""
+    with Engine(workers=1, timeout=60) as engine:
+        for program in ("matmul", "list_sort", "state_machine", "sum_array"):
+            env = make("llvm-v0", benchmark=str(EXAMPLES / f"{program}.c"), observation_space="Autophase",
+                       reward_space="IrInstructionCount", engine=engine)
+            for seed in range(6):
+                rng = random.Random(seed)
+                actions = [rng.randrange(len(PASSES)) for _ in range(30)]
+                env.reset()
+                steps = [env.step(action) for action in actions]
+                assert not any(terminated for _, _, terminated, _, _ in steps)
+                features, kept, errors = engine.autophase_tree(
+                    [env.initial_module.bitcode], [-1] + list(range(len(actions) - 1)),
+                    [env_llvm.ACTION_PIPELINES[a] for a in actions], keep=[False] * (len(actions) - 1) + [True])
+                assert not any(errors)
+                np.testing.assert_array_equal(np.stack([observation for observation, *_ in steps]), features)
+                assert sum(reward for _, reward, *_ in steps) == \
+                    env.initial_module.instruction_count - features[-1, TOTAL_INSTS]
+                live, chain = env.observation["Ir"], env_llvm.ir_text(bpq.Module(kept[len(actions) - 1]))
+                assert _ir_digest(live) == _ir_digest(chain)
+
+
+def test_a_pass_that_changes_the_module_without_reporting_it_still_moves_the_state(engine):
+    # LLVM 19's IPSCCP replaces sum_array's argument by a constant and reports every analysis preserved
+    ipsccp = next(i for i, p in enumerate(PASSES) if p.flag == "-ipconstprop")
+    env = make("llvm-v0", benchmark=str(EXAMPLES / "sum_array.c"), observation_space="Autophase",
+               reward_space="IrInstructionCount", engine=engine)
+    env.reset()
+    observation, _, terminated, _, info = env.step(ipsccp)
+    expected = bpq.optimize(env.initial_module, "-ipconstprop", engine=engine)
+    assert expected.bitcode != env.initial_module.bitcode and info["action_had_no_effect"] and not terminated
+    np.testing.assert_array_equal(observation, bpq.autophase(expected))
+    assert env.observation["Bitcode"] == expected.bitcode
+
+
+def test_values_from_bitcode_serve_again_after_a_step_that_changed_nothing(engine, monkeypatch):
+    sizes = []
+    monkeypatch.setitem(env_llvm._OBSERVERS, "ObjectTextSizeBytes", lambda env, m: sizes.append(m.sha256) or 7)
+    barrier = next(i for i, p in enumerate(PASSES) if p.flag == "-barrier")   # no-op-module
+    env = make("llvm-v0", benchmark=str(EXAMPLES / "matmul.c"), reward_space="ObjectTextSizeBytes", engine=engine)
+    env.reset()
+    env.step(barrier)        # from the initial module (its values kept by hash)
+    env.step(SROA)
+    env.step(barrier)        # from a live state
+    env.step(barrier)
+    assert len(sizes) == 2 and sizes[0] == env.initial_module.sha256
 
 
 def test_a_step_sends_no_bitcode_unless_asked(engine, monkeypatch):
@@ -122,8 +189,7 @@ def test_in_process_engine_runs_live_sessions_too():
 
 def test_a_crash_in_the_live_worker_ends_the_episode_and_other_episodes_replay(monkeypatch):
     crash_on = SROA
-    monkeypatch.setattr(env_llvm, "sequence_pipeline",
-                        lambda actions: ABORTING if list(actions) == [crash_on] else sequence_pipeline(actions))
+    replace_pipeline(monkeypatch, crash_on, ABORTING)
     with Engine(workers=1) as engine:
         env = make("llvm-v0", benchmark=str(EXAMPLES / "sum_array.c"), observation_space="Autophase",
                    reward_space="IrInstructionCount", engine=engine)
@@ -153,8 +219,7 @@ def test_a_hanging_pass_in_the_live_worker_times_out(tmp_path, monkeypatch):
              f"return {f'f{i - 1}(x + {i}) * 3' if i else 'x'} + c; }}" for i in range(300)]
     source = tmp_path / "big.c"
     source.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(env_llvm, "sequence_pipeline",
-                        lambda actions: SLOW if list(actions) == [SROA] else sequence_pipeline(actions))
+    replace_pipeline(monkeypatch, SROA, SLOW)
     with Engine(workers=1, timeout=1.0) as engine:
         env = make("llvm-v0", benchmark=str(source), reward_space="IrInstructionCount", engine=engine)
         env.reset()
@@ -174,6 +239,21 @@ def test_live_session_errors_are_typed():
         with pytest.raises(PipelineError):
             session.apply("no-such-pass")
         assert session.pipelines == ["function(sroa)"]
+
+
+def test_a_step_the_worker_cannot_run_is_refused_and_the_worker_lives_on():
+    with Engine(workers=1, timeout=60) as engine:
+        session = engine.open_session(bpq.load_module(EXAMPLES / "sum_array.c").bitcode, "sum_array")
+        assert session.apply("function(sroa)", autophase=True).autophase is not None
+        worker = engine._session_worker
+        with pytest.raises(InvalidIRError, match="no live session 999"):   # answered by the native step server
+            engine._session_call(("apply", 999, "function(sroa)", (True, False)), "sum_array")
+        assert engine._session_worker is worker and engine.restarts == 0
+        result = session.observe(autophase=True, instcount=True)
+        expected = bpq.optimize(bpq.load_module(EXAMPLES / "sum_array.c"), "-sroa", engine=engine)
+        np.testing.assert_array_equal(result.autophase, bpq.autophase(expected))
+        np.testing.assert_array_equal(result.instcount, bpq.instcount(expected))
+        assert result.instruction_count == expected.instruction_count
 
 
 def test_reset_reuses_an_unchanged_benchmark_file_and_reloads_a_changed_one(engine, tmp_path, monkeypatch):

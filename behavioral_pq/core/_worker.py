@@ -1,8 +1,9 @@
 """Worker process of the engine: ``python -m behavioral_pq.core._worker PROGRESS_FILE THREADS``.
 
-Reads length-prefixed pickled requests on stdin and answers on the original stdout. LLVM may abort the process
-(report_fatal_error, a signal): the parent sees the pipe close and turns that into a typed error. File descriptor 1
-is pointed at stderr so nothing LLVM prints can corrupt the protocol.
+Reads length-prefixed requests on stdin and answers on the original stdout: pickled tuples, or a session step in a
+fixed binary form answered by the native core (src/native/steps.h: an environment's step costs no pickling and no
+Python). LLVM may abort the process (report_fatal_error, a signal): the parent sees the pipe close and turns that
+into a typed error. File descriptor 1 is pointed at stderr so nothing LLVM prints can corrupt the protocol.
 """
 
 from __future__ import annotations
@@ -15,16 +16,9 @@ import sys
 
 HEADER = struct.Struct("<Q")
 
-
-def _read_exact(fd: int, n: int) -> bytes:
-    chunks, remaining = [], n
-    while remaining:
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+#: Session step operations, sent by the parent (``native.StepChannel``) and answered by the worker
+#: (``native.serve_steps``) in the fixed binary form that src/native/steps.h states (no pickling).
+STEP_APPLY, STEP_OBSERVE = 1, 2
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -47,9 +41,7 @@ class Sessions:
         return self.next_id
 
     def _observe(self, module, wants):
-        autophase, instcount = wants
-        return (module.instruction_count(), module.autophase() if autophase else None,
-                module.instcount() if instcount else None)
+        return module.observe(*wants)
 
     def handle(self, request, progress):
         """Session requests: ``open`` (bitcode, pipelines to replay) -> id; ``apply`` (id, pipeline, wants) ->
@@ -113,11 +105,10 @@ def main(argv) -> int:
         progress = mmap.mmap(f.fileno(), 24 * threads)
     sessions = Sessions(native)
     while True:
-        try:
-            (size,) = HEADER.unpack(_read_exact(in_fd, HEADER.size))
-            request = pickle.loads(_read_exact(in_fd, size))
-        except EOFError:
+        payload = native.serve_steps(in_fd, out_fd, sessions.modules, progress)   # steps are answered natively
+        if payload is None:
             return 0
+        request = pickle.loads(payload)
         try:
             reply = ("ok", _handle(native, request, progress, sessions))
         except ValueError as exc:  # native InputError: bad IR, bitcode or pipeline

@@ -20,6 +20,7 @@ import os
 import pickle
 import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from behavioral_pq.core.catalog import (
     check_pipeline_shape,
     quote_pipeline,
 )
-from behavioral_pq.core._worker import HEADER, Sessions
+from behavioral_pq.core._worker import HEADER, STEP_APPLY, STEP_OBSERVE, Sessions
 from behavioral_pq.errors import (
     BPQError,
     DeadlineError,
@@ -56,6 +57,12 @@ logger = logging.getLogger(__name__)
 NUM_AUTOPHASE = 56
 DEFAULT_TIMEOUT = 60.0
 _SLOT = 24  # bytes per thread slot: int64 module, int64 pipeline, int64 sequence number
+_SLOT_VALUES = struct.Struct("<qqq")
+#: Bytes asked for per read of a reply: a pipe holds 64 KiB, and a larger request costs an allocation of that size
+#: (a 1 MiB read took ~20 us, more than a whole small reply's round trip).
+_READ_SIZE = 1 << 16
+#: Seconds a session request's reply is waited for at a time, between checks of its worker's progress.
+_SESSION_WAIT = 0.05
 
 
 def default_workers() -> int:
@@ -179,6 +186,9 @@ class _Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True,
             cwd="/", preexec_fn=_fixed_address_layout)
         self.fd = self.proc.stdout.fileno()
+        self._request_fd = self.proc.stdin.fileno()   # written with os.write: no buffering to flush
+        self._stderr_fd = self.stderr.fileno()
+        self.steps = native.StepChannel(self._request_fd, self.fd, self._stderr_fd)   # session steps, natively
         self.task: Optional[_Task] = None
         self._buffer = bytearray()
         self._stderr_offset = 0
@@ -188,36 +198,76 @@ class _Worker:
     # -- task lifecycle ------------------------------------------------------------------------------------
     def start(self, task: _Task) -> None:
         self.task = task
+        self.send(pickle.dumps(task.request, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def send(self, payload: bytes) -> None:
+        """Send one pickled request and start its clock."""
         self._buffer.clear()
-        self._stderr_offset = self.stderr.seek(0, os.SEEK_END)
+        self._stderr_offset = os.lseek(self._stderr_fd, 0, os.SEEK_END)
         now = time.monotonic()
         self._started = now
         self._seen = [(self.slot(i)[2], now) for i in range(self.threads)]
-        payload = pickle.dumps(task.request, protocol=pickle.HIGHEST_PROTOCOL)
+        data = memoryview(HEADER.pack(len(payload)) + payload)
         try:
-            self.proc.stdin.write(HEADER.pack(len(payload)) + payload)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
+            while data:
+                data = data[os.write(self._request_fd, data):]
+        except OSError as exc:   # BrokenPipeError: the worker is gone
             raise _WorkerDied() from exc
 
     def read(self):
-        """The reply if it is complete, None if more bytes are due; raises _WorkerDied on EOF."""
-        chunk = os.read(self.fd, 1 << 20)
+        """The unpickled reply if it is complete, None if more bytes are due; raises _WorkerDied on EOF."""
+        payload = self.receive()
+        if payload is None:
+            return None
+        self.task = None
+        return pickle.loads(payload)
+
+    def receive(self) -> Optional[bytes]:
+        """The reply's bytes if they are complete, None if more are due; raises _WorkerDied on EOF."""
+        chunk = os.read(self.fd, _READ_SIZE)
         if not chunk:
             raise _WorkerDied()
+        if not self._buffer and len(chunk) >= HEADER.size and \
+                len(chunk) == HEADER.size + HEADER.unpack_from(chunk)[0]:
+            return chunk[HEADER.size:]   # the whole reply in one read: no buffering
         self._buffer += chunk
         if len(self._buffer) < HEADER.size:
             return None
         (size,) = HEADER.unpack_from(self._buffer)
         if len(self._buffer) < HEADER.size + size:
             return None
-        reply = pickle.loads(bytes(self._buffer[HEADER.size:HEADER.size + size]))
+        payload = bytes(self._buffer[HEADER.size:HEADER.size + size])
         self._buffer.clear()
-        self.task = None
+        return payload
+
+    def wait_reply(self, seconds: float) -> Optional[bytes]:
+        """The reply to the pickled request sent last, waiting up to ``seconds`` for it; None while it runs."""
+        readable, _, _ = select.select([self.fd], [], [], seconds)
+        return self.receive() if readable else None
+
+    def step(self, op: int, sid: int, wants: Tuple[bool, bool], pipeline: str, seconds: float) -> Optional[tuple]:
+        """Send a session step (binary, through :attr:`steps`) and wait up to ``seconds`` for its reply:
+        (changed, instruction count, Autophase or None, InstCount or None), or None while it runs (then
+        :meth:`wait_step`). native.InputError with the worker's message for a step it could not run."""
+        try:
+            reply = self.steps.step(op, sid, wants[0], wants[1], pipeline, seconds)
+        except EOFError:
+            self._stderr_offset = self.steps.stderr_offset
+            raise _WorkerDied() from None
+        if reply is None:   # a long step: watched from now on as any request, its clock started at the send
+            self._stderr_offset, self._started = self.steps.stderr_offset, self.steps.sent_at
+            self._seen = [(self.slot(i)[2], self._started) for i in range(self.threads)]
         return reply
 
+    def wait_step(self, seconds: float) -> Optional[tuple]:
+        """The reply to the step sent last, as :meth:`step` gives it."""
+        try:
+            return self.steps.wait(seconds)
+        except EOFError:
+            raise _WorkerDied() from None
+
     def slot(self, i: int) -> Tuple[int, int, int]:
-        return tuple(np.frombuffer(self.progress, dtype=np.int64, count=3, offset=_SLOT * i).tolist())
+        return _SLOT_VALUES.unpack_from(self.progress, _SLOT * i)
 
     def active(self) -> List[Tuple[int, int]]:
         """(module, pipeline) pairs being worked on, by task-local indices; pipeline -1 = parsing/features."""
@@ -605,8 +655,10 @@ class Engine:
         sessions replay on next use) and raises PassCrashError / PassTimeoutError; bad input raises
         InvalidIRError."""
         with self._session_lock:
-            closed, self._closed_sessions = self._closed_sessions, []   # __del__ may append at any time
-            garbage = [sid for generation, sid in closed if generation == self._session_generation]
+            garbage: List[int] = []
+            if self._closed_sessions:
+                closed, self._closed_sessions = self._closed_sessions, []   # __del__ may append at any time
+                garbage = [sid for generation, sid in closed if generation == self._session_generation]
             if self.workers == 0:
                 if self._in_process_sessions is None:
                     self._in_process_sessions = Sessions(native)
@@ -619,24 +671,47 @@ class Engine:
             return self._session_generation, self._session_exchange(request, name, pipeline)
 
     def _session_exchange(self, request: tuple, name: str, pipeline: Optional[str]):
+        """One request to the session worker and its reply: a step (``apply``, ``observe``) in the binary form of
+        :data:`~behavioral_pq.core._worker.STEP_REQUEST`, anything else pickled."""
+        op = request[0]
+        if op in ("apply", "observe"):
+            sid, step_pipeline, wants = (request[1], request[2], request[3]) if op == "apply" else \
+                (request[1], "", request[2])
+            code = STEP_APPLY if op == "apply" else STEP_OBSERVE
+            try:
+                reply = self._session_request(lambda w: w.step(code, sid, wants, step_pipeline, _SESSION_WAIT),
+                                              lambda w: w.wait_step(_SESSION_WAIT), name, pipeline)
+            except native.InputError as exc:
+                raise InvalidIRError(f"{name}: {exc}") from None
+            return reply if op == "apply" else reply[1:]
+        payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        status, value = pickle.loads(self._session_request(
+            lambda w: w.send(payload) or w.wait_reply(_SESSION_WAIT), lambda w: w.wait_reply(_SESSION_WAIT),
+            name, pipeline, patient=op == "open"))
+        if status != "ok":
+            raise InvalidIRError(f"{name}: {value}")
+        return value
+
+    def _session_request(self, send, wait, name: str, pipeline: Optional[str], patient: bool = False):
+        """One request to the session worker (started if need be): ``send(worker)`` sends it and waits a first
+        while for the reply, ``wait(worker)`` waits another; each returns the reply or None. A crash, or a pipeline
+        past the timeout (a request past it by 5 s more, unless ``patient``: an ``open`` replays many), kills the
+        worker and raises PassCrashError / PassTimeoutError."""
         if self._session_worker is None:
             self._session_worker = _Worker(1)
         worker = self._session_worker
         timed_out = False
         try:
-            worker.start(_Task(request))
-            while True:
-                readable, _, _ = select.select([worker.fd], [], [], 0.05)
-                if readable:
-                    reply = worker.read()
-                    if reply is not None:
-                        break
+            reply = send(worker)
+            while reply is None:
                 now = time.monotonic()
                 if worker.stuck(self.timeout, now) is not None or (
-                        request[0] != "open" and worker.elapsed(now) > self.timeout + 5):
+                        not patient and worker.elapsed(now) > self.timeout + 5):
                     timed_out = True
                     worker.kill()
                     raise _WorkerDied()
+                reply = wait(worker)
+            return reply
         except _WorkerDied:
             error = self._engine_error(worker, timed_out, name, pipeline, None)
             worker.kill()
@@ -645,16 +720,14 @@ class Engine:
             self._session_generation += 1
             self.restarts += 1
             raise error from None
-        except BaseException:   # interrupted mid-request: the reply would come unread, so start afresh
-            worker.kill()
+        except BaseException as exc:
+            if isinstance(exc, native.InputError):   # a step the worker refused: it lives on
+                raise
+            worker.kill()   # interrupted mid-request: the reply would come unread, so start afresh
             worker.close()
             self._session_worker = None
             self._session_generation += 1
             raise
-        status, value = reply
-        if status != "ok":
-            raise InvalidIRError(f"{name}: {value}")
-        return value
 
     def _drop_session(self, generation: int, sid: int) -> None:
         self._closed_sessions.append((generation, sid))   # closed with the next request (never from __del__)

@@ -37,7 +37,6 @@ from behavioral_pq.core.passes import optimize
 from behavioral_pq.core.toolchain import assemble, find_tool, llc_assembly, needs_cxx_runtime, run_tool, text_size
 from behavioral_pq.corpus.csmith import CSMITH_INCLUDE, csmith_program
 from behavioral_pq.corpus.reader import Corpus
-from behavioral_pq.embedding.encoder import load_encoder
 from behavioral_pq.embedding.spectrum import spectrum
 from behavioral_pq.errors import EngineError
 from behavioral_pq.lowering.sandbox import Sandbox, describe
@@ -64,9 +63,15 @@ class ActionSpace(spaces.Discrete):
         return " ".join(self.flags[a] for a in actions)
 
 
+#: Each action's pipeline, ``sequence_pipeline([action])``, made once.
+ACTION_PIPELINES: Tuple[str, ...] = tuple(sequence_pipeline([i]) for i in range(len(PASSES)))
+
+
 def _action(action) -> int:
     """``action`` as a pass index: an integer (Python, numpy, anything with ``__index__``) in 0..123. A bool, a
     float or a string is refused with a TypeError, never rounded or parsed (1.7 is not pass 1)."""
+    if type(action) is int and 0 <= action < len(PASSES):   # the common case, first
+        return action
     if isinstance(action, (bool, np.bool_)):
         raise TypeError(f"an action is an integer in 0..{len(PASSES) - 1}, not the bool {action!r}")
     try:
@@ -190,16 +195,35 @@ class LiveState(Module):
     """The module of an episode's current state, live in the engine's session worker: its instruction count and
     the features the step asked for came back with the step; its bitcode is fetched when something needs it (IR,
     bitcode, a hash, a tool), and only while the session is still in this state (``RuntimeError`` after).
-    ``values`` caches this state's observations."""
+    ``values`` caches this state's observations.
 
-    def __init__(self, session: LiveSession, result: StepResult):
+    Every step makes a new state, also one whose passes reported no change: a pass may change the module and still
+    report every analysis preserved (LLVM 19's IPSCCP replaces an argument by a constant so). After such a step,
+    ``unchanged_from`` is (SHA-256, values) of the state before (values None: the environment's cache by hash):
+    what was computed from that state's bitcode serves again once this state's bitcode is seen to be the same."""
+
+    def __init__(self, session: LiveSession, result: StepResult,
+                 unchanged_from: Optional[Tuple[str, Optional[Dict[str, Any]]]] = None):
         self.name, self.source = session.name, None
         self.session = session
         self.version = len(session.pipelines)
         self.values: Dict[str, Any] = {}
         self._fetched: Optional[bytes] = None
+        self.unchanged_from = unchanged_from
         self.__dict__["instruction_count"] = result.instruction_count
         self.record(result)
+
+    @staticmethod
+    def after(previous: Module, session: LiveSession, result: StepResult) -> "LiveState":
+        """The state after a step from ``previous`` that gave ``result``."""
+        if result.changed:
+            return LiveState(session, result)
+        if isinstance(previous, LiveState):
+            unchanged_from = (previous.sha256, previous.values) if previous._fetched is not None else \
+                previous.unchanged_from
+        else:
+            unchanged_from = (previous.sha256, None)
+        return LiveState(session, result, unchanged_from)
 
     def record(self, result: StepResult) -> None:
         if result.autophase is not None:
@@ -353,7 +377,7 @@ class LlvmEnv(gymnasium.Env):
             else:
                 start = self._module
                 for action in actions:   # one run per action, as separate steps: the same modules as step()
-                    bitcode = self.engine.run_pipeline(self._module.bitcode, sequence_pipeline([action]),
+                    bitcode = self.engine.run_pipeline(self._module.bitcode, ACTION_PIPELINES[action],
                                                        name=self._module.name)
                     self._module = Module(bitcode, name=self._module.name)
                     self._actions.append(action)
@@ -369,22 +393,18 @@ class LlvmEnv(gymnasium.Env):
         return observation, reward, terminated, False, info
 
     def _live_steps(self, actions: Sequence[int], obs_names) -> bool:
-        """Apply ``actions`` to the live module, one run each; True when any changed it. The last one brings back
-        the in-place observations that are asked for or prefetched."""
+        """Apply ``actions`` to the live module, one run each; True when the passes of any reported a change. The
+        last one brings back the in-place observations that are asked for or prefetched."""
         wanted = set(self.prefetch) | set([obs_names] if isinstance(obs_names, str) else obs_names or [])
+        autophase, instcount = "Autophase" in wanted, "InstCount" in wanted
         changed = False
         for i, action in enumerate(actions):
             last = i == len(actions) - 1
-            result = self._session.apply(sequence_pipeline([action]), autophase=last and "Autophase" in wanted,
-                                         instcount=last and "InstCount" in wanted)
+            result = self._session.apply(ACTION_PIPELINES[action], autophase=last and autophase,
+                                         instcount=last and instcount)
             self._actions.append(action)
-            if result.changed:
-                changed = True
-                self._module = LiveState(self._session, result)
-            elif isinstance(self._module, LiveState):   # the same module: keep what is known of it
-                self._module.version = len(self._session.pipelines)
-                self._module.record(result)
-            # else: still the initial module, whose bitcode and features are known here
+            changed = changed or result.changed
+            self._module = LiveState.after(self._module, self._session, result)
         return changed
 
     def _close_session(self) -> None:
@@ -481,12 +501,29 @@ class LlvmEnv(gymnasium.Env):
         its hash."""
         if isinstance(module, LiveState):
             if name not in module.values:
-                module.values[name] = compute()
+                found, value = self._unchanged_value(name, module)
+                module.values[name] = value if found else compute()
             return module.values[name]
         key = (name, module.sha256)
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
+
+    def _unchanged_value(self, name: str, state: LiveState) -> Tuple[bool, Any]:
+        """(True, value) when ``state`` follows a step that reported no change, ``name`` was computed for the state
+        before it, and the two modules are the same (their bitcode hashes); else (False, None)."""
+        if state.unchanged_from is None:
+            return False, None
+        sha, values = state.unchanged_from
+        if values is not None:
+            if name not in values:
+                return False, None
+            value = values[name]
+        elif (name, sha) in self._cache:
+            value = self._cache[(name, sha)]
+        else:
+            return False, None
+        return (True, value) if state.sha256 == sha else (False, None)
 
     def _reward_metric(self, name: str, module: Module) -> float:
         if name.startswith("IrInstructionCount"):
@@ -510,6 +547,8 @@ class LlvmEnv(gymnasium.Env):
     @property
     def encoder(self):
         if self._encoder is None:
+            from behavioral_pq.embedding.encoder import load_encoder   # torch loads here, not with the environment
+
             self._encoder = load_encoder()
         return self._encoder
 

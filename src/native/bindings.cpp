@@ -3,9 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "engine.h"
 #include "features.h"
 #include "programl.h"
+#include "steps.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
@@ -81,6 +84,51 @@ Progress progressOf(const py::object &buffer) {
   p.slots = static_cast<int64_t *>(info.ptr);
   p.capacity = static_cast<int>(bytes / 24);
   return p;
+}
+
+[[noreturn]] void raiseEndOfFile() {
+  PyErr_SetString(PyExc_EOFError, "the session worker closed its pipe");
+  throw py::error_already_set();
+}
+
+// (changed, instruction count, Autophase int64 (56,) or None, InstCount int64 or None) of a step reply (steps.h);
+// InputError with the worker's message for a request it could not run.
+py::object decodeStep(const std::string &reply, uint8_t wants) {
+  if (reply.size() < kStepReplySize) throw InputError("a step reply of " + std::to_string(reply.size()) + " bytes");
+  if (reply[0] != kStepOk) throw InputError(reply.substr(kStepReplySize));
+  int64_t count = 0;
+  std::memcpy(&count, reply.data() + 8, sizeof(count));
+  size_t offset = kStepReplySize;
+  auto values = [&](size_t n) {
+    if (offset + n * sizeof(int64_t) > reply.size()) throw InputError("a step reply shorter than its values");
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(n));
+    std::memcpy(out.mutable_data(), reply.data() + offset, n * sizeof(int64_t));
+    offset += n * sizeof(int64_t);
+    return py::object(out);
+  };
+  py::object features = (wants & 1) ? values(kNumAutophase) : py::object(py::none());
+  py::object counts = (wants & 2) ? values((reply.size() - offset) / sizeof(int64_t)) : py::object(py::none());
+  return py::make_tuple(reply[1] != 0, count, features, counts);
+}
+
+// Waits up to `seconds` for the reply to the channel's last request: its decoded values, or None while it runs.
+py::object awaitStep(StepChannel &channel, double seconds) {
+  std::string reply;
+  while (true) {
+    StepChannel::Wait wait;
+    {
+      py::gil_scoped_release release;
+      wait = channel.receive(seconds, reply);
+    }
+    switch (wait) {
+      case StepChannel::kReplied: return decodeStep(reply, channel.wants());
+      case StepChannel::kWaiting: return py::none();
+      case StepChannel::kClosed: raiseEndOfFile();
+      case StepChannel::kInterrupted:
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // KeyboardInterrupt and the like
+        break;
+    }
+  }
 }
 
 template <typename F>
@@ -231,6 +279,20 @@ PYBIND11_MODULE(_native, m) {
       }, "int64 (56,)")
       .def("instcount", [](const LiveModule &self) { return toArray(self.instcount()); },
            "int64 (len(instcount_names()),)")
+      .def("observe", [](const LiveModule &self, bool autophase, bool instcount) {
+        int64_t count = 0;
+        py::object features = py::none();
+        if (autophase) {
+          const AutophaseVector v = self.autophase(&count);
+          features = toArray(std::vector<int64_t>(v.begin(), v.end()));
+        } else {
+          count = self.instructionCount();
+        }
+        py::object counts = instcount ? py::object(toArray(self.instcount())) : py::object(py::none());
+        return py::make_tuple(count, features, counts);
+      }, py::arg("autophase") = false, py::arg("instcount") = false,
+         "(instruction count, Autophase int64 (56,) or None, InstCount or None): with Autophase, one walk of the "
+         "module gives both.")
       .def("instruction_count", &LiveModule::instructionCount)
       .def("bitcode", [](const LiveModule &self, bool preserveUseListOrder) {
         std::string out;
@@ -242,6 +304,63 @@ PYBIND11_MODULE(_native, m) {
       }, py::arg("preserve_use_list_order") = false,
          "Bitcode as run_pipeline writes it; with use-list order preserved, a copy parsed from it continues "
          "exactly as this module would (what a fork uses).");
+
+  m.def("serve_steps", [](int requestFd, int replyFd, const py::dict &modules, const py::object &progress) {
+    // The worker's loop for step requests (steps.h): answered here, with the GIL released around I/O and LLVM,
+    // until another kind of request arrives: its payload is returned for the Python loop (None at end of file).
+    const Progress p = progressOf(progress);
+    std::string payload;
+    StepRequest request;
+    while (true) {
+      bool more;
+      {
+        py::gil_scoped_release release;
+        more = readMessage(requestFd, payload);
+      }
+      if (!more) return py::object(py::none());
+      if (!parseStepRequest(payload, request)) return py::object(py::bytes(payload));
+      LiveModule *module = nullptr;
+      const py::int_ key(request.session);
+      if (modules.contains(key)) module = modules[key].cast<LiveModule *>();
+      bool written;
+      {
+        py::gil_scoped_release release;
+        written = writeMessage(replyFd, answerStep(module, request, p));
+      }
+      if (!written) return py::object(py::none());
+    }
+  }, py::arg("request_fd"), py::arg("reply_fd"), py::arg("modules"), py::arg("progress") = py::none(),
+     "Answer step requests read from request_fd on reply_fd, modules being {session id: LiveModule}, until "
+     "another request comes (its payload is returned) or the input ends (None).");
+
+  py::class_<StepChannel>(m, "StepChannel",
+                          "The parent's end of a session worker's pipes for step requests: send one and wait for "
+                          "its reply in one call (steps.h).")
+      .def(py::init<int, int, int>(), py::arg("request_fd"), py::arg("reply_fd"), py::arg("stderr_fd"))
+      .def("step", [](StepChannel &self, int op, uint32_t session, bool autophase, bool instcount,
+                      const std::string &pipeline, double seconds) {
+        StepRequest request;
+        request.op = static_cast<uint8_t>(op);
+        request.wants = static_cast<uint8_t>(autophase | instcount << 1);
+        request.session = session;
+        request.pipeline = pipeline;
+        bool sent;
+        {
+          py::gil_scoped_release release;
+          sent = self.send(request);
+        }
+        if (!sent) raiseEndOfFile();
+        return awaitStep(self, seconds);
+      }, py::arg("op"), py::arg("session"), py::arg("autophase"), py::arg("instcount"), py::arg("pipeline"),
+         py::arg("seconds"),
+         "Send a step request and wait up to `seconds` for its reply: (changed, instruction count, Autophase or "
+         "None, InstCount or None), or None while it runs (then `wait`). EOFError when the worker is gone, "
+         "InputError with its message for a request it could not run.")
+      .def("wait", &awaitStep, py::arg("seconds"), "Wait again for the last request's reply, as `step` does.")
+      .def_property_readonly("stderr_offset", &StepChannel::stderrOffset,
+                             "Where the worker's stderr file stood when the last request was sent.")
+      .def_property_readonly("sent_at", &StepChannel::sentAt,
+                             "When the last request was sent, in time.monotonic() seconds.");
 
   m.def("time_pipelines", [](const py::bytes &bitcode, const std::vector<std::string> &pipelines) {
     std::string in = bytesOf(bitcode);

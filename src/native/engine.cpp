@@ -500,11 +500,19 @@ bool LiveModule::apply(const std::string &pipeline, const Progress &progress) {
   return !preserved.areAllPreserved();
 }
 
-AutophaseVector LiveModule::autophase() const { return bpq::autophase(*module_); }
+AutophaseVector LiveModule::autophase(int64_t *instructionCount) const {
+  return bpq::autophase(*module_, instructionCount);
+}
 
 std::vector<int64_t> LiveModule::instcount() const { return bpq::instcount(*module_); }
 
-int64_t LiveModule::instructionCount() const { return static_cast<int64_t>(module_->getInstructionCount()); }
+int64_t LiveModule::instructionCount() const {
+  int64_t count = 0;  // Module::getInstructionCount, without its std::function filter called per instruction
+  for (const Function &F : *module_)
+    for (const BasicBlock &BB : F)
+      for (const Instruction &I : BB) count += !I.isDebugOrPseudoInst();
+  return count;
+}
 
 std::string LiveModule::bitcode(bool preserveUseListOrder) const {
   return writeBitcode(*module_, preserveUseListOrder);

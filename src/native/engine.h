@@ -108,7 +108,8 @@ class LiveModule {
   // passes reported a change (did not preserve every analysis), as CompilerGym's legacy pass manager reports it:
   // no bitcode is written to find out.
   bool apply(const std::string &pipeline, const Progress &progress);
-  AutophaseVector autophase() const;
+  // With `instructionCount`, also the instruction count, from the same walk of the module.
+  AutophaseVector autophase(int64_t *instructionCount = nullptr) const;
   std::vector<int64_t> instcount() const;
   int64_t instructionCount() const;
   // As runPipeline writes it; with `preserveUseListOrder`, parsing it continues exactly as this module would.

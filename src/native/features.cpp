@@ -75,8 +75,10 @@ void countBlock(const BasicBlock &BB, AutophaseVector &v) {
   else if (phis <= 3) v[BB03Phi]++;
   else v[BBHiPhi]++;
   if (!BB.empty() && isa<PHINode>(BB.front())) v[BeginPhi]++;
+}
 
-  const size_t size = BB.size();
+// BlockLow / BlockMid by the block's size (BasicBlock::size(): every instruction), counted by the caller's walk.
+void countBlockSize(int64_t size, AutophaseVector &v) {
   if (size < 15) v[BlockLow]++;
   else if (size <= 500) v[BlockMid]++;
 }
@@ -138,15 +140,23 @@ void countInstruction(const Instruction &I, AutophaseVector &v) {
 
 }  // namespace
 
-AutophaseVector autophase(const Module &M) {
+AutophaseVector autophase(const Module &M, int64_t *instructionCount) {
   AutophaseVector v{};
+  int64_t counted = 0;
   for (const Function &F : M) {
     v[TotalFuncs]++;  // declarations included
     for (const BasicBlock &BB : F) {
       countBlock(BB, v);
-      for (const Instruction &I : BB) countInstruction(I, v);
+      int64_t size = 0;
+      for (const Instruction &I : BB) {
+        countInstruction(I, v);
+        size++;
+        if (instructionCount && !I.isDebugOrPseudoInst()) counted++;
+      }
+      countBlockSize(size, v);
     }
   }
+  if (instructionCount) *instructionCount = counted;
   return v;
 }
 

@@ -59,7 +59,7 @@ class CompilerEnv(gymnasium.Env):
         """One action; ``(observation, reward, done, info)``. A list of actions is taken as ``multistep`` (with
         CompilerGym's DeprecationWarning). The environment's ``multistep`` does the work (an environment starts an
         episode there before any ``reset()``; a wrapper changes what it does there)."""
-        if isinstance(action, IterableType) and not isinstance(action, (str, bytes)) \
+        if type(action) is not int and isinstance(action, IterableType) and not isinstance(action, (str, bytes)) \
                 and np.ndim(action) > 0:
             warnings.warn("Argument `action` of CompilerEnv.step no longer accepts a list of actions. "
                           "Please use CompilerEnv.multistep instead", category=DeprecationWarning, stacklevel=2)
@@ -265,6 +265,7 @@ class LlvmEnv(CompilerEnv):
         self.episode_start_time = time.time()
         self._observation_space_spec: Optional[ObservationSpaceSpec] = None
         self._reward_space_spec: Optional[Reward] = None
+        self._last_prefetch: Optional[tuple] = None   # (spaces, what a step with them prefetches)
         self._reward_range = (-np.inf, np.inf)
         self.observation_space = observation_space
         self.reward_space = reward_space
@@ -495,12 +496,9 @@ class LlvmEnv(CompilerEnv):
             reward_specs = [self._reward_spec(r) for r in reward_spaces]
         else:
             reward_specs = [self._reward_space_spec] if self._reward_space_spec else []
-        # what the step's worker call should bring back with the pass (Autophase*, InstCount* come from those)
-        wanted = [s.id if s.base_id is None else s.base_id for s in obs_specs] + \
-            [o for r in reward_specs for o in r.observation_spaces]
-        self._core.prefetch = tuple(base for base in IN_PLACE if any(str(w).startswith(base) for w in wanted))
+        self._core.prefetch = self._prefetch(obs_specs, reward_specs)
         _, _, terminated, _, core_info = self._core.multistep(actions)
-        self._actions.extend(int(a) for a in self._core.actions[len(self._actions):])
+        self._actions.extend(self._core._actions[len(self._actions):])
         if terminated:
             self._in_episode = False
             info = {"error_type": core_info["error"].split(":", 1)[0], "error_details": core_info["error"]}
@@ -697,6 +695,20 @@ class LlvmEnv(CompilerEnv):
         if space not in self.reward.spaces:
             raise UnknownSpaceError(f"Reward space not found: {space}")
         return self.reward.spaces[space]
+
+    def _prefetch(self, obs_specs, reward_specs) -> tuple:
+        """What a step's worker call should bring back with the pass for these spaces: the in-place observations
+        (``IN_PLACE``) that Autophase*, InstCount* and rewards computed from them read. Remembered for the last
+        combination of spaces (a step with the default spaces asks the same every time)."""
+        specs = (*obs_specs, *reward_specs)
+        last = self._last_prefetch
+        if last is not None and len(last[0]) == len(specs) and all(a is b for a, b in zip(last[0], specs)):
+            return last[1]
+        wanted = [str(s.id if s.base_id is None else s.base_id) for s in obs_specs] + \
+            [str(o) for r in reward_specs for o in r.observation_spaces]
+        prefetch = tuple(base for base in IN_PLACE if any(w.startswith(base) for w in wanted))
+        self._last_prefetch = (specs, prefetch)
+        return prefetch
 
     def _require_episode(self) -> None:
         if not self.in_episode:
