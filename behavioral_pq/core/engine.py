@@ -240,6 +240,11 @@ class _Worker:
         self._buffer.clear()
         return payload
 
+    def request(self, payload: bytes, seconds: float) -> Optional[bytes]:
+        """Send a pickled request and wait up to ``seconds`` for its reply, as :meth:`wait_reply`."""
+        self.send(payload)
+        return self.wait_reply(seconds)
+
     def wait_reply(self, seconds: float) -> Optional[bytes]:
         """The reply to the pickled request sent last, waiting up to ``seconds`` for it; None while it runs."""
         readable, _, _ = select.select([self.fd], [], [], seconds)
@@ -671,8 +676,8 @@ class Engine:
             return self._session_generation, self._session_exchange(request, name, pipeline)
 
     def _session_exchange(self, request: tuple, name: str, pipeline: Optional[str]):
-        """One request to the session worker and its reply: a step (``apply``, ``observe``) in the binary form of
-        :data:`~behavioral_pq.core._worker.STEP_REQUEST`, anything else pickled."""
+        """One request to the session worker and its reply: a step (``apply``, ``observe``) in the binary form
+        that src/native/steps.h states (sent and answered natively), anything else pickled."""
         op = request[0]
         if op in ("apply", "observe"):
             sid, step_pipeline, wants = (request[1], request[2], request[3]) if op == "apply" else \
@@ -686,8 +691,8 @@ class Engine:
             return reply if op == "apply" else reply[1:]
         payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         status, value = pickle.loads(self._session_request(
-            lambda w: w.send(payload) or w.wait_reply(_SESSION_WAIT), lambda w: w.wait_reply(_SESSION_WAIT),
-            name, pipeline, patient=op == "open"))
+            lambda w: w.request(payload, _SESSION_WAIT), lambda w: w.wait_reply(_SESSION_WAIT), name, pipeline,
+            patient=op == "open"))
         if status != "ok":
             raise InvalidIRError(f"{name}: {value}")
         return value
@@ -720,10 +725,10 @@ class Engine:
             self._session_generation += 1
             self.restarts += 1
             raise error from None
-        except BaseException as exc:
-            if isinstance(exc, native.InputError):   # a step the worker refused: it lives on
-                raise
-            worker.kill()   # interrupted mid-request: the reply would come unread, so start afresh
+        except native.InputError:   # a step the worker refused: it lives on
+            raise
+        except BaseException:   # interrupted mid-request: the reply would come unread, so start afresh
+            worker.kill()
             worker.close()
             self._session_worker = None
             self._session_generation += 1
