@@ -35,6 +35,9 @@ RANKS = {
 # Function-level imports of the package that are there on purpose (module: why).
 DEFERRED = {
     "behavioral_pq.core._worker": "the native core loads only after fd 1 is redirected",
+    "behavioral_pq.env.llvm": "the encoder, and torch with it, loads only for the Spectrum, Codes and Embedding "
+                              "observations: an environment's steps do not carry torch's objects under the garbage "
+                              "collector",
 }
 
 

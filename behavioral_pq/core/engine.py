@@ -1,7 +1,8 @@
 """The engine: runs LLVM work in worker processes so that a pass that aborts or hangs costs one module, never
 the caller.
 
-Each worker is ``python -m behavioral_pq.core._worker``, talking length-prefixed pickles over pipes. The native code
+Each worker is ``python -m behavioral_pq.core._worker``, talking length-prefixed pickles over pipes (an environment's
+step, a fixed binary request, is sent and answered by native code: src/native/steps.h). The native code
 in a worker writes, per thread, which (module, pipeline) it is running into a small shared file mapping; the
 parent reads it to enforce a per-pipeline timeout and to name the culprit when a worker dies. A failed batch task
 is retried without the culprit (or split module by module when the culprit is unclear), so every other module's
