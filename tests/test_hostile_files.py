@@ -123,9 +123,10 @@ def test_a_command_line_that_loads_a_plugin_is_refused(plugin, flags, named):
     assert not (plugin / "PLUGIN-RAN").exists()
 
 
-def test_a_plain_command_line_still_builds_and_a_trusted_one_takes_every_flag(plugin):
+def test_a_plain_command_line_still_builds_and_a_trusted_one_takes_every_flag(plugin, monkeypatch):
     import behavioral_pq.env.compiler_gym as compiler_gym
 
+    monkeypatch.chdir(plugin)      # reset() builds a command's output, a.out in the current folder without -o
     with compiler_gym.make("llvm-v0") as env:
         plain = env.make_benchmark_from_command_line(["gcc", "-DNDEBUG", "-O2", "-Wall", str(plugin / "a.c"), "-o",
                                                       str(plugin / "a.out"), "-lm"])
