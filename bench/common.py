@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Optional, Sequence
@@ -81,6 +82,16 @@ def checkout_env(**extra: str) -> Dict[str, str]:
     ``extra`` variables (e.g. ``BPQ_WORKERS="1"``)."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def side_command(side: str, script: Path, cpu: int, cgenv: Path) -> list:
+    """The command that runs a bench's side ``script`` pinned to ``cpu``: CompilerGym's side ("compiler_gym") with
+    the CompilerGym 0.2.5 venv ``cgenv``, offline (``unshare -n``, loopback up); any other with this Python."""
+    pinned = ["taskset", "-c", str(cpu)]
+    if side == "compiler_gym":
+        python = cgenv / "bin" / "python"
+        return ["unshare", "-n", "bash", "-c", f"ip link set lo up; exec {' '.join(pinned)} {python} {script}"]
+    return pinned + [sys.executable, str(script)]
 
 
 def instruction_counts(corpus) -> Dict[str, int]:

@@ -80,12 +80,7 @@ def llvm10_bitcode(source: Path, out: Path) -> Path:
 
 def run_side(side: str, bitcode: Path, actions, resets: int, cpu: int, cgenv: Path) -> dict:
     request = json.dumps({"side": side, "bitcode": str(bitcode), "actions": actions, "resets": resets})
-    pinned = ["taskset", "-c", str(cpu)]
-    if side == "compiler_gym":
-        command = ["unshare", "-n", "bash", "-c",
-                   f"ip link set lo up; exec {' '.join(pinned)} {cgenv / 'bin' / 'python'} {SIDE}"]
-    else:
-        command = pinned + [sys.executable, str(SIDE)]
+    command = common.side_command(side, SIDE, cpu, cgenv)
     done = subprocess.run(command, input=request, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "BPQ_WORKERS": "1"})
     if done.returncode != 0:

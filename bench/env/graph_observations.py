@@ -208,12 +208,7 @@ def prepare(tmp: Path, per_bucket: int):
 
 def run_side(side: str, programs, repeat: int, cpu: int, cgenv: Path) -> dict:
     request = json.dumps({"side": side, "repeat": repeat, "programs": programs})
-    pinned = ["taskset", "-c", str(cpu)]
-    if side == "compiler_gym":
-        command = ["unshare", "-n", "bash", "-c",
-                   f"ip link set lo up; exec {' '.join(pinned)} {cgenv / 'bin' / 'python'} {SIDE}"]
-    else:
-        command = pinned + [sys.executable, str(SIDE)]
+    command = common.side_command(side, SIDE, cpu, cgenv)
     env = {**os.environ, "BPQ_WORKERS": "1"} if side == "compiler_gym" else common.checkout_env(BPQ_WORKERS="1")
     done = subprocess.run(command, input=request, capture_output=True, text=True, timeout=3600, env=env)
     if done.returncode != 0:
