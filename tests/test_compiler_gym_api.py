@@ -199,7 +199,9 @@ def test_version_and_the_space_enums(env):
     assert [m.name for m in observations] == [*COMPILER_GYM_OBSERVATION_SPACES, "Spectrum", "Codes", "Embedding"]
     assert all(m.value == m.name for m in observations) and observations.Autophase.value == "Autophase"
     assert len(COMPILER_GYM_OBSERVATION_SPACES) == 33 and COMPILER_GYM_OBSERVATION_SPACES[-1] == "LexedIr"
-    assert {m.value for m in observations} <= set(env.observation.spaces) | set(UNSUPPORTED)
+    assert not set(env.extra_observation_spaces) & set(env.observation.spaces)
+    assert {m.value for m in observations} <= set(env.observation.spaces) | set(env.extra_observation_spaces) \
+        | set(UNSUPPORTED)
     assert [m.value for m in rewards] == list(COMPILER_GYM_REWARD_SPACES)
     assert set(COMPILER_GYM_REWARD_SPACES) == set(env.reward.spaces)
     env.observation_space = observations.InstCount.value

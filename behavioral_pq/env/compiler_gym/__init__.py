@@ -47,6 +47,7 @@ from behavioral_pq.env.compiler_gym.env import (
     CompilerEnvStateReader,
     CompilerEnvStateWriter,
     LlvmEnv,
+    ValidationError,
     ValidationResult,
     compute_observation,
     make,
@@ -68,6 +69,7 @@ CompilerGymEnv = LlvmEnv
 __all__ = ["Benchmark", "BenchmarkFromCommandLine", "BenchmarkInitError", "BenchmarkProto", "COMPILER_GYM_ENVS",
            "ClangInvocation", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
            "CompilerGymEnv", "Dataset", "Datasets", "File", "LLVM_ENVS", "LlvmEnv", "ObservationSpaceSpec",
-           "ObservationView", "RewardView", "ValidationResult", "__version__", "compute_observation", "datasets",
-           "get_system_library_flags", "gym", "make", "make_benchmark", "make_benchmark_from_command_line",
-           "observation_spaces", "register_dataset", "reward_spaces", "spaces", "wrappers"]
+           "ObservationView", "RewardView", "ValidationError", "ValidationResult", "__version__",
+           "compute_observation", "datasets", "get_system_library_flags", "gym", "make", "make_benchmark",
+           "make_benchmark_from_command_line", "observation_spaces", "register_dataset", "reward_spaces", "spaces",
+           "wrappers"]

@@ -146,10 +146,11 @@ BenchmarkInput = Union[str, Path, ClangInvocation]
 def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt: Optional[List[str]] = None,
                    system_includes: bool = True, timeout: int = 600, engine=None) -> Benchmark:
     """A benchmark from C/C++ sources, ``.ll`` / ``.bc`` files and :class:`ClangInvocation` jobs, linked into one
-    module: ``benchmark://file-v0/PATH`` for one IR file, else ``benchmark://user-v0/TIME-RANDOM-SHA`` (two
-    benchmarks made from one program are two benchmarks, as in CompilerGym). FileNotFoundError for a missing
-    input, ValueError for an unknown suffix, TypeError for an input of another type, BenchmarkInitError (an
-    OSError) for a job that fails or units that do not link, InvalidIRError for IR that does not parse."""
+    module: ``benchmark://file-v0/PATH`` for one IR file (its bytes are ``proto.program.contents``), else
+    ``benchmark://user-v0/TIME-RANDOM-SHA`` (two benchmarks made from one program are two benchmarks, as in
+    CompilerGym). FileNotFoundError for a missing input, ValueError for an unknown suffix, TypeError for an input
+    of another type, BenchmarkInitError (an OSError) for a job that fails or units that do not link,
+    InvalidIRError for IR that does not parse."""
     inputs = [inputs] if isinstance(inputs, (str, Path, ClangInvocation)) else list(inputs)
     if not inputs:
         raise ValueError("no inputs")
@@ -174,7 +175,9 @@ def make_benchmark(inputs: Union[BenchmarkInput, Sequence[BenchmarkInput]], copt
     name = "benchmark" if isinstance(inputs[0], ClangInvocation) else Path(inputs[0]).stem
     module = load_module(_link(units, timeout), name=name, engine=engine)
     if single and Path(inputs[0]).suffix in (".bc", ".ll"):
-        return Benchmark(f"benchmark://file-v0{Path(inputs[0]).resolve()}", module)
+        benchmark = Benchmark.from_file(f"benchmark://file-v0{Path(inputs[0]).resolve()}", inputs[0])
+        benchmark._module = module
+        return benchmark
     return Benchmark(f"benchmark://user-v0/{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}-"
                      f"{module.sha256[:8]}", module)
 
@@ -218,11 +221,31 @@ class BenchmarkFromCommandLine(Benchmark):
             run_benchmark_command(command, cwd=Path.cwd(), bitcode=bitcode)
 
 
+#: An output redirection word of a command: ``>out``, ``>>out``, ``2>err`` (or the operator alone, the file next).
+_REDIRECTION = re.compile(r"^(2?>>?)(.*)$")
+
+
+def _split_redirections(argv: Sequence[str]):
+    """``argv`` without the output redirections that a shell would apply (CompilerGym runs a command's words
+    through ``/bin/sh``: cBench's ``echo 1 >_finfo_dataset``), and those as ``(operator, file)`` pairs."""
+    words, redirections, i = [], [], 0
+    while i < len(argv):
+        match = _REDIRECTION.match(argv[i])
+        if match and (match.group(2) or i + 1 < len(argv)):
+            redirections.append((match.group(1), match.group(2) or argv[i + 1]))
+            i += 1 if match.group(2) else 2
+            continue
+        words.append(argv[i])
+        i += 1
+    return words, redirections
+
+
 def run_benchmark_command(command: Command, cwd: Path, bitcode: Path) -> float:
     """Run one command of a benchmark's ``dynamic_config`` in ``cwd`` (no shell: ``$CC``, ``$IN`` and the
-    command's ``env`` variables are put into its arguments, and set in its environment); the wall seconds it
-    took. BenchmarkInitError (an OSError) with CompilerGym's text when an ``infile`` is missing before, it exits
-    non-zero, or an ``outfile`` is missing after; ToolTimeoutError past ``timeout_seconds``."""
+    command's ``env`` variables are put into its arguments, and set in its environment; its output redirections,
+    ``>out``, ``>>out`` and ``2>err``, write the output it printed to those files in ``cwd``); the wall seconds
+    it took. BenchmarkInitError (an OSError) with CompilerGym's text when an ``infile`` is missing before, it
+    exits non-zero, or an ``outfile`` is missing after; ToolTimeoutError past ``timeout_seconds``."""
     variables = {"CC": find_tool("clang"), "IN": str(bitcode), **command.env}
     argv = [re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), arg)
             for arg in command.argument]
@@ -230,9 +253,16 @@ def run_benchmark_command(command: Command, cwd: Path, bitcode: Path) -> float:
     for name in command.infile:
         if not (cwd / name).exists():
             raise BenchmarkInitError(f"Command '{line}' missing required file: {name}")
+    argv, redirections = _split_redirections(argv)
     start = time.perf_counter()
     proc = _run(argv, timeout=command.timeout_seconds or COMMAND_TIMEOUT, cwd=cwd, env=variables)
     seconds = time.perf_counter() - start
+    for operator, name in redirections:
+        target = (Path(cwd) / name).resolve()
+        if not target.is_relative_to(Path(cwd).resolve()):
+            raise BenchmarkInitError(f"Command '{line}' redirects its output outside its working folder: {name}")
+        with open(target, "ab" if operator.endswith(">>") else "wb") as f:
+            f.write(proc.stderr if operator.startswith("2") else proc.stdout)
     if proc.returncode:
         stderr = proc.stderr.decode(errors="replace").strip()
         raise BenchmarkInitError(f"Command '{line}' failed with exit code {proc.returncode}" +

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
+import json
 import math
 import re
+import shutil
+import sys
 import tempfile
 import time
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Iterable as IterableType
 from copy import deepcopy
@@ -39,7 +44,13 @@ from behavioral_pq.env.compiler_gym.benchmarks import (
     make_benchmark_from_command_line,
 )
 from behavioral_pq.env.compiler_gym.datasets import Benchmark, BenchmarkDynamicConfig, Datasets, default_datasets
-from behavioral_pq.env.compiler_gym.observations import COMPUTE, UNSUPPORTED, observation_specs, refuse
+from behavioral_pq.env.compiler_gym.observations import (
+    COMPUTE,
+    UNSUPPORTED,
+    extra_observation_specs,
+    observation_specs,
+    refuse,
+)
 from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, Reward, llvm_rewards
 from behavioral_pq.env.compiler_gym.views import ObservationSpaceSpec, ObservationView, RewardView
 from behavioral_pq.env.llvm import IN_PLACE
@@ -69,26 +80,113 @@ class CompilerEnv(gymnasium.Env):
                               observations=observations, rewards=rewards)
 
 
-@dataclasses.dataclass(eq=False)
+_REQUIRED = object()
+
+
+def _truncate(text: Any, width: int = 60) -> str:
+    """The first line of ``str(text)``, cut to ``width`` characters with an ellipsis (CompilerGym's
+    ``truncate``)."""
+    line = str(text).split("\n", 1)[0]
+    return line if len(line) <= width else f"{line[:width - 3]}..."
+
+
+_PYDANTIC_MODELS: Dict[str, type] = {}
+
+
+def _invalid(model: str, problems: List[tuple]) -> ValueError:
+    """The error of CompilerGym's pydantic models for invalid fields: ``pydantic.ValidationError`` (pydantic 1
+    or 2) where pydantic is installed, as CompilerGym raises it, else a ValueError with pydantic 1's text; both
+    are ValueErrors. ``problems``: ``(field, kind, value, message)``, ``kind`` one of ``missing``, ``float``,
+    ``str`` or ``assert`` (then ``message`` is the assertion's)."""
+    try:
+        import pydantic
+    except ImportError:
+        pydantic = None
+    if pydantic is not None and pydantic.VERSION.startswith("1."):
+        from pydantic.error_wrappers import ErrorWrapper
+        from pydantic.errors import FloatError, MissingError, StrError
+        made = {"missing": lambda m: MissingError(), "float": lambda m: FloatError(), "str": lambda m: StrError(),
+                "assert": AssertionError}
+        if model not in _PYDANTIC_MODELS:
+            _PYDANTIC_MODELS[model] = type(model, (pydantic.BaseModel,), {"__module__": __name__})
+        return pydantic.ValidationError([ErrorWrapper(made[kind](message), loc=field)
+                                         for field, kind, _, message in problems], _PYDANTIC_MODELS[model])
+    if pydantic is not None:
+        from pydantic_core import ValidationError as CoreValidationError
+        types = {"missing": "missing", "float": "float_parsing", "str": "string_type", "assert": "assertion_error"}
+        return CoreValidationError.from_exception_data(model, [
+            {"type": types[kind], "loc": (field,), "input": value,
+             **({"ctx": {"error": message}} if kind == "assert" else {})}
+            for field, kind, value, message in problems])
+    texts = {"missing": "field required (type=value_error.missing)",
+             "float": "value is not a valid float (type=type_error.float)",
+             "str": "str type expected (type=type_error.str)"}
+    count = len(problems)
+    return ValueError(f"{count} validation error{'s' if count > 1 else ''} for {model}\n" + "\n".join(
+        f"{field}\n  " + (f"{message} (type=assertion_error)" if kind == "assert" else texts[kind])
+        for field, kind, _, message in problems))
+
+
+def _as_str(value: Any, field: str, problems: list, coerce: bool = False) -> Optional[str]:
+    if value is _REQUIRED or value is None:
+        problems.append((field, "missing", None, ""))
+    elif isinstance(value, str) or coerce or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return str(value)
+    else:
+        problems.append((field, "str", value, ""))
+    return None
+
+
+def _as_float(value: Any, field: str, problems: list, required: bool = True) -> Optional[float]:
+    if value is _REQUIRED or value is None:
+        if required:
+            problems.append((field, "missing", None, ""))
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        problems.append((field, "float", value, ""))
+        return None
+
+
 class CompilerEnvState:
     """An episode that can be replayed: the benchmark URI, the ``opt`` command line of its actions, the time
-    spent and the reward so far (None without a reward space). Two states are equal when benchmark, command
-    line and reward (within 1e-5, when both have one) are; the walltime is ignored."""
+    spent and the reward so far (None without a reward space). CompilerGym's pydantic model, field for field:
+    keyword construction (``CompilerEnvState(**state.dict())``), fields checked on construction and assignment
+    (walltime non-negative; the benchmark cannot be reassigned), ``dict()``, ``json()``, ``parse_obj()``,
+    ``parse_raw()``; invalid fields raise pydantic's ``ValidationError`` where pydantic is installed, else a
+    ValueError (see :func:`_invalid`).
 
-    benchmark: str
-    commandline: str
-    walltime: float
-    reward: Optional[float] = None
+    Two states are equal when benchmark, command line and reward (within 1e-5, when both have one) are; the
+    walltime is ignored.
+    """
 
-    def __post_init__(self):
-        self.benchmark = str(self.benchmark)
-        self.walltime = float(self.walltime)
-        self.reward = None if self.reward is None else float(self.reward)
-        if self.walltime < 0:
-            raise ValueError("walltime cannot be negative")
+    FIELDS = ("benchmark", "commandline", "walltime", "reward")
+
+    def __init__(self, benchmark: str = _REQUIRED, commandline: str = _REQUIRED, walltime: float = _REQUIRED,
+                 reward: Optional[float] = None):
+        problems: list = []
+        values = {"benchmark": _as_str(benchmark, "benchmark", problems, coerce=True),
+                  "commandline": _as_str(commandline, "commandline", problems),
+                  "walltime": _as_float(walltime, "walltime", problems),
+                  "reward": _as_float(reward, "reward", problems, required=False)}
+        if values["walltime"] is not None and values["walltime"] < 0:
+            problems.append(("walltime", "assert", walltime, "Walltime cannot be negative"))
+        if problems:
+            raise _invalid("CompilerEnvState", problems)
+        self.__dict__.update(values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "benchmark":
+            raise TypeError('"benchmark" has allow_mutation set to False and cannot be assigned')
+        if name not in self.FIELDS:
+            raise ValueError(f'"CompilerEnvState" object has no field "{name}"')
+        fields = {**self.dict(), name: value}
+        self.__dict__[name] = getattr(CompilerEnvState(**fields), name)
 
     @property
     def has_reward(self) -> bool:
+        """Whether the state has a reward value."""
         return self.reward is not None
 
     def __eq__(self, other) -> bool:
@@ -97,11 +195,38 @@ class CompilerEnvState:
         reward_equal = not (self.has_reward and other.has_reward) or abs(self.reward - other.reward) < 1e-5
         return self.benchmark == other.benchmark and reward_equal and self.commandline == other.commandline
 
+    def __ne__(self, other) -> bool:
+        return not self == other
+
     def __hash__(self) -> int:
         return hash((self.benchmark, self.commandline))
 
-    def json(self) -> dict:
-        return dataclasses.asdict(self)
+    def __repr__(self) -> str:
+        return f"CompilerEnvState({', '.join(f'{k}={v!r}' for k, v in self.dict().items())})"
+
+    def dict(self) -> Dict[str, Any]:
+        """The fields, in CompilerGym's order: ``benchmark``, ``commandline``, ``walltime``, ``reward``."""
+        return {name: self.__dict__[name] for name in self.FIELDS}
+
+    def json(self, **dumps_kwargs) -> str:
+        """The fields as a JSON object (``json.dumps`` keywords are passed on)."""
+        return json.dumps(self.dict(), **dumps_kwargs)
+
+    def copy(self) -> "CompilerEnvState":
+        return CompilerEnvState(**self.dict())
+
+    @classmethod
+    def parse_obj(cls, obj: Dict[str, Any]) -> "CompilerEnvState":
+        """A state from a dictionary of its fields (as :meth:`dict` returns)."""
+        if not isinstance(obj, dict):
+            raise _invalid(cls.__name__, [("__root__", "assert", obj,
+                                           f"{cls.__name__} expected dict not {type(obj).__name__}")])
+        return cls(**obj)
+
+    @classmethod
+    def parse_raw(cls, text: Union[str, bytes]) -> "CompilerEnvState":
+        """A state from the JSON that :meth:`json` writes."""
+        return cls.parse_obj(json.loads(text))
 
 
 class CompilerEnvStateWriter:
@@ -126,8 +251,16 @@ class CompilerEnvStateWriter:
         self.f.close()
 
 
+#: ``CompilerEnvStateReader.read_paths``: the paths read over HTTP (CompilerGym's pattern).
+_STATE_URL = re.compile(r"^(http|https)://[a-zA-Z0-9.-_/]+(\.csv)$")
+
+#: Seconds that reading a state file over HTTP may take.
+URL_TIMEOUT = 60
+
+
 class CompilerEnvStateReader:
-    """Read the states written by :class:`CompilerEnvStateWriter` (the header is optional)."""
+    """Read the states written by :class:`CompilerEnvStateWriter`; the header is optional, and when there is
+    one its columns may come in any order. ValueError when the first row has not 4 columns."""
 
     COLUMNS = ["benchmark", "reward", "walltime", "commandline"]
 
@@ -140,7 +273,7 @@ class CompilerEnvStateReader:
         if first is None:
             return
         if len(first) != len(self.COLUMNS):
-            raise ValueError(f"expected {len(self.COLUMNS)} columns in the first row of the CSV, got {first}")
+            raise ValueError(f"Expected {len(self.COLUMNS)} columns in the first row of CSV: {_truncate(first)}")
         if {c.lower() for c in first} == set(self.COLUMNS):
             order = [[c.lower() for c in first].index(c) for c in self.COLUMNS]
         else:
@@ -156,6 +289,27 @@ class CompilerEnvStateReader:
     def __exit__(self, *exc):
         self.f.close()
 
+    @staticmethod
+    def read_paths(paths: Iterable[str]) -> Iterable[CompilerEnvState]:
+        """The states of each CSV in ``paths``, in order: ``"-"`` is stdin; an ``http(s)://...csv`` address is
+        fetched with ``requests`` (``requests.exceptions.InvalidURL`` when it does not answer 200; ImportError
+        without ``requests``); anything else is a file (FileNotFoundError when missing)."""
+        for path in paths:
+            if path == "-":
+                yield from iter(CompilerEnvStateReader(sys.stdin))
+            elif _STATE_URL.match(path) is not None:
+                try:
+                    import requests
+                except ImportError:
+                    raise ImportError(f"reading states from {path} needs the requests package") from None
+                response = requests.get(path, timeout=URL_TIMEOUT)
+                if response.status_code != 200:
+                    raise requests.exceptions.InvalidURL(f"Url {path} content could not be obtained")
+                yield from iter(CompilerEnvStateReader(io.StringIO(response.text)))
+            else:
+                with open(path) as f:
+                    yield from iter(CompilerEnvStateReader(f))
+
 
 def _chain(first, rest):
     yield from first
@@ -164,13 +318,37 @@ def _chain(first, rest):
 
 @dataclasses.dataclass
 class ValidationError:
+    """An error found by :meth:`LlvmEnv.validate`: a short ``type`` (``"Action replay failed"``) and a
+    JSON-serializable ``data`` dictionary that describes it. Equal when both fields are; sortable."""
+
     type: str
     data: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        problems: list = []
+        self.type = _as_str(self.type, "type", problems)
+        if not isinstance(self.data, dict):
+            problems.append(("data", "assert", self.data, "value is not a valid dict"))
+        if problems:
+            raise _invalid("ValidationError", problems)
 
-@dataclasses.dataclass
+    def __lt__(self, other) -> bool:
+        if not isinstance(other, ValidationError):
+            return True
+        return (self.type, self.data) <= (other.type, other.data)
+
+    def dict(self) -> Dict[str, Any]:
+        return {"type": self.type, "data": deepcopy(self.data)}
+
+    def json(self, **dumps_kwargs) -> str:
+        return json.dumps(self.dict(), **dumps_kwargs)
+
+
+@dataclasses.dataclass(eq=False)
 class ValidationResult:
-    """What :meth:`LlvmEnv.validate` found: ``okay()`` when the actions replayed and the reward reproduced."""
+    """What :meth:`LlvmEnv.validate` found: ``okay()`` when the actions replayed and the reward reproduced.
+    Built from keywords, as CompilerGym's pydantic model (``state`` and ``errors`` may be the dictionaries that
+    :meth:`dict` writes). Two results are equal when all but ``walltime`` are, the errors in any order."""
 
     state: CompilerEnvState
     walltime: float
@@ -181,25 +359,80 @@ class ValidationResult:
     benchmark_semantics_validation_failed: bool = False
     errors: List[ValidationError] = dataclasses.field(default_factory=list)
 
+    def __post_init__(self):
+        if isinstance(self.state, dict):
+            self.state = CompilerEnvState(**self.state)
+        self.errors = [ValidationError(**e) if isinstance(e, dict) else e for e in self.errors]
+        problems: list = []
+        walltime = _as_float(self.walltime, "walltime", problems)
+        if walltime is not None and walltime < 0:
+            problems.append(("walltime", "assert", self.walltime, "Walltime cannot be negative"))
+        if problems:
+            raise _invalid("ValidationResult", problems)
+        self.walltime = walltime
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, ValidationResult):
+            return False
+        flags = ("reward_validated", "actions_replay_failed", "reward_validation_failed",
+                 "benchmark_semantics_validated", "benchmark_semantics_validation_failed")
+        return self.state == other.state and all(getattr(self, f) == getattr(other, f) for f in flags) \
+            and sorted(self.errors) == sorted(other.errors)
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
     def okay(self) -> bool:
         return not (self.actions_replay_failed or self.reward_validation_failed
                     or self.benchmark_semantics_validation_failed)
 
     @property
     def error_details(self) -> str:
-        """The errors' types, the most frequent first (``"3× Expected reward ..."``)."""
+        """The errors' types, the most frequent first (``"3× Expected reward ..."``); at most three kinds and a
+        count of the rest, as CompilerGym summarizes them."""
+        if not self.errors:
+            return ""
         counts = Counter(e.type for e in self.errors)
         if len(counts) == 1:
             (message, count), = counts.items()
             return message if count == 1 else f"{count}× {message}"
         ranked = sorted(counts.items(), key=lambda item: -item[1])
-        return ", ".join(f"[{j}/{len(ranked)}] " + (f"{n}× {m}" if n > 1 else m)
-                         for j, (m, n) in enumerate(ranked, start=1))
+        parts = []
+        for j, (message, count) in enumerate(ranked, start=1):
+            parts.append(f"[{j}/{len(ranked)}] " + (f"{count}× {message}" if count > 1 else message))
+            remaining = len(ranked) - j
+            if j >= 3 and remaining > 3:
+                parts.append(f"... ({remaining} more {'error' if remaining == 1 else 'errors'})")
+                break
+        return ", ".join(parts)
+
+    def dict(self) -> Dict[str, Any]:
+        """The fields, ``state`` and ``errors`` as dictionaries."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**fields, "state": self.state.dict(), "errors": [e.dict() for e in self.errors]}
+
+    def json(self, **dumps_kwargs) -> str:
+        return json.dumps(self.dict(), **dumps_kwargs)
+
+    @classmethod
+    def join(cls, results: Iterable["ValidationResult"]) -> "ValidationResult":
+        """One result for several validations of the same state: the walltimes summed, each flag set when any
+        result sets it, all the errors. ValueError for no results or results of different states."""
+        results = list(results)
+        if not results:
+            raise ValueError("No states to join")
+        if any(r.state != results[0].state for r in results[1:]):
+            raise ValueError("All states must be the same")
+        flags = ("reward_validated", "actions_replay_failed", "reward_validation_failed",
+                 "benchmark_semantics_validated", "benchmark_semantics_validation_failed")
+        return cls(state=results[0].state, walltime=sum(r.walltime for r in results),
+                   **{f: any(getattr(r, f) for r in results) for f in flags},
+                   errors=[e for r in results for e in r.errors])
 
     def __repr__(self) -> str:
         benchmark = re.sub(r"^benchmark://", "", str(self.state.benchmark))
         if not self.okay():
-            return f"❌  {benchmark}  {', '.join(self.error_details.strip().splitlines())[:50]}"
+            return f"❌  {benchmark}  {_truncate(', '.join(self.error_details.strip().splitlines()), 50)}"
         if self.state.reward is None:
             return f"✅  {benchmark}"
         return f"✅  {benchmark}  {self.state.reward:.4f}"
@@ -252,7 +485,10 @@ class LlvmEnv(CompilerEnv):
         self._action_space = globals()["action_space"]()
         if action_space not in (None, self._action_space.name):
             raise LookupError(f"unknown action space {action_space!r}; the only one is 'PassesAll'")
-        self.observation = ObservationView(self, observation_specs())
+        self._extra_observation_specs = {spec.id: spec for spec in extra_observation_specs()}
+        self._working_directory: Optional[Path] = None
+        self._remove_working_directory: Optional[weakref.finalize] = None
+        self.observation = self._observation_view(observation_specs())
         self.reward = RewardView(llvm_rewards(), self.observation)
         self._cache: Dict[Any, Any] = {}
         self._in_episode = False
@@ -358,6 +594,24 @@ class LlvmEnv(CompilerEnv):
     @property
     def datasets(self) -> Datasets:
         return self._datasets
+
+    @property
+    def extra_observation_spaces(self) -> Dict[str, ObservationSpaceSpec]:
+        """This package's observations beyond CompilerGym's: Spectrum, Codes and Embedding. They are named as any
+        other (``env.observation["Codes"]``, ``env.observation.Codes()``, ``observation_space="Codes"``,
+        ``multistep(..., observation_spaces=["Embedding"])``) but are not in ``env.observation.spaces``, which
+        lists CompilerGym 0.2.5's spaces only."""
+        return dict(self._extra_observation_specs)
+
+    @property
+    def working_directory(self) -> Path:
+        """A folder of this environment's own (made on first use) for the files its observations write
+        (``BitcodeFile``); removed with what is in it by :meth:`close`, or when the environment is collected."""
+        if self._working_directory is None or not self._working_directory.is_dir():
+            self._working_directory = Path(tempfile.mkdtemp(prefix="bpq-compiler-gym-env-"))
+            self._remove_working_directory = weakref.finalize(self, shutil.rmtree, str(self._working_directory),
+                                                              ignore_errors=True)
+        return self._working_directory
 
     @property
     def benchmark(self) -> Optional[Benchmark]:
@@ -522,8 +776,13 @@ class LlvmEnv(CompilerEnv):
         return observation, reward, terminated, info
 
     def close(self) -> None:
+        """End the episode, free the module and remove the working directory (see
+        :attr:`working_directory`)."""
         self._in_episode = False
         self._core.close()
+        if self._remove_working_directory is not None:
+            self._remove_working_directory()
+        self._working_directory = self._remove_working_directory = None
 
     def render(self, mode: str = "human") -> Optional[str]:
         """``"human"``: print the IR (CompilerGym's LLVM render); ``"ansi"``: the default observation as text."""
@@ -573,7 +832,8 @@ class LlvmEnv(CompilerEnv):
         other.__dict__.update(self.__dict__)
         other._core = self._core.fork()
         other._action_space = deepcopy(self._action_space)
-        other.observation = ObservationView(other, list(self.observation.spaces.values()))
+        other._working_directory = other._remove_working_directory = None
+        other.observation = other._observation_view(list(self.observation.spaces.values()))
         other.reward = RewardView(list(deepcopy(self.reward.spaces).values()), other.observation)
         other._reward_space_spec = other.reward.spaces[self.reward_space.name] if self.reward_space else None
         other._actions = list(self._actions)
@@ -612,8 +872,8 @@ class LlvmEnv(CompilerEnv):
                 target.apply(state)
             except (ValueError, OSError) as exc:
                 result.actions_replay_failed = True
-                result.errors.append(ValidationError("Action replay failed",
-                                                     {"exception": str(exc), "exception_type": type(exc).__name__}))
+                result.errors.append(ValidationError(
+                    type="Action replay failed", data={"exception": str(exc), "exception_type": type(exc).__name__}))
             else:
                 if state.reward is not None and self.reward_space is None:
                     warnings.warn("Validating state with reward, but environment has no reward space set",
@@ -623,8 +883,8 @@ class LlvmEnv(CompilerEnv):
                     if not math.isclose(state.reward, target.episode_reward, rel_tol=1e-5, abs_tol=1e-10):
                         result.reward_validation_failed = True
                         result.errors.append(ValidationError(
-                            f"Expected reward {state.reward} but received reward {target.episode_reward}",
-                            {"expected_reward": state.reward, "actual_reward": target.episode_reward}))
+                            type=f"Expected reward {state.reward} but received reward {target.episode_reward}",
+                            data={"expected_reward": state.reward, "actual_reward": target.episode_reward}))
         finally:
             if not in_place:
                 target.close()
@@ -685,9 +945,19 @@ class LlvmEnv(CompilerEnv):
             return space
         if space in UNSUPPORTED:
             refuse(space)
-        if space not in self.observation.spaces:
-            raise UnknownSpaceError(f"Observation space not found: {space}")
-        return self.observation.spaces[space]
+        if space in self.observation.spaces:
+            return self.observation.spaces[space]
+        if space in self._extra_observation_specs:
+            return self._extra_observation_specs[space]
+        raise UnknownSpaceError(f"Observation space not found: {space}")
+
+    def _observation_view(self, specs: List[ObservationSpaceSpec]) -> ObservationView:
+        """The view of ``specs``, with a method for each extra space too (``view.Codes()``), which it does not
+        list in ``spaces``."""
+        view = ObservationView(self, specs)
+        for name in self._extra_observation_specs:
+            setattr(view, name, lambda name=name: view[name])
+        return view
 
     def _reward_spec(self, space: Union[str, Reward]) -> Reward:
         if isinstance(space, Reward):
@@ -698,14 +968,17 @@ class LlvmEnv(CompilerEnv):
 
     def _prefetch(self, obs_specs, reward_specs) -> tuple:
         """What a step's worker call should bring back with the pass for these spaces: the in-place observations
-        (``IN_PLACE``) that Autophase*, InstCount* and rewards computed from them read. Remembered for the last
-        combination of spaces (a step with the default spaces asks the same every time)."""
+        (``IN_PLACE``) that Autophase*, InstCount* and rewards computed from them read (InstCount* read Autophase's
+        function count too). Remembered for the last combination of spaces (a step with the default spaces asks
+        the same every time)."""
         specs = (*obs_specs, *reward_specs)
         last = self._last_prefetch
         if last is not None and len(last[0]) == len(specs) and all(a is b for a, b in zip(last[0], specs)):
             return last[1]
         wanted = [str(s.id if s.base_id is None else s.base_id) for s in obs_specs] + \
             [str(o) for r in reward_specs for o in r.observation_spaces]
+        if any(w.startswith("InstCount") for w in wanted):
+            wanted.append("Autophase")
         prefetch = tuple(base for base in IN_PLACE if any(w.startswith(base) for w in wanted))
         self._last_prefetch = (specs, prefetch)
         return prefetch
@@ -761,4 +1034,4 @@ def make(env_id: str = "llvm-v0", **kwargs) -> LlvmEnv:
 
 
 __all__ = ["LLVM_ENVS", "CompilerEnv", "CompilerEnvState", "CompilerEnvStateReader", "CompilerEnvStateWriter",
-           "EnvSpec", "LlvmEnv", "ValidationResult", "action_space", "compute_observation", "make"]
+           "EnvSpec", "LlvmEnv", "ValidationError", "ValidationResult", "action_space", "compute_observation", "make"]

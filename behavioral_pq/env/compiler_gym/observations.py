@@ -9,6 +9,10 @@ installed by setup).
 that links; one with a ``build_cmd`` in its ``dynamic_config`` is buildable, and runnable with a ``run_cmd``
 (those commands build and time it); any other is neither (0, 0, None, None). ``TextSize*`` is the linked
 program's .text when the package builds it, else the object file's (CompilerGym's fallback).
+
+``observation_specs()`` are CompilerGym's spaces, the names an environment lists in ``env.observation.spaces``;
+this package's Spectrum, Codes and Embedding (``extra_observation_specs()``) are computed as they are but not
+listed there. ``BitcodeFile`` files go to the environment's working directory, which its ``close()`` removes.
 """
 
 from __future__ import annotations
@@ -128,10 +132,24 @@ def _runtime(env, module: Module) -> Optional[np.ndarray]:
 
 
 def _bitcode_file(env, module: Module) -> str:
-    handle, path = tempfile.mkstemp(prefix="bpq-bitcode-", suffix=".bc")
+    """The path of a new file holding ``module``'s bitcode, in the environment's working directory (removed
+    with it when the environment closes, as CompilerGym's are)."""
+    handle, path = tempfile.mkstemp(prefix="module-", suffix=".bc", dir=env.working_directory)
     with os.fdopen(handle, "wb") as f:
         f.write(module.bitcode)
     return path
+
+
+#: Where Autophase counts every function, declarations included.
+_TOTAL_FUNCS = AUTOPHASE_FEATURES.index("TotalFuncs")
+
+
+def _instcount(env, module: Module) -> np.ndarray:
+    """CompilerGym's InstCount: the core's counts with ``TotalFuncsCount`` counting declarations too, as LLVM's
+    InstCount visitor does when CompilerGym runs it on every function of the module."""
+    counts = np.array(env._core._compute("InstCount", module), dtype=np.int64)
+    counts[2] = env._core._compute("Autophase", module)[_TOTAL_FUNCS]
+    return counts
 
 
 def _cache_size(level: str, kind: str) -> Tuple[int, int]:
@@ -187,10 +205,10 @@ _TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
     ("BitcodeFile", Sequence("BitcodeFile", (0, 4096), str), False, False, "",
      lambda e, m, i: _bitcode_file(e, m)),
     ("InstCount", Box(0, INT64_MAX, "InstCount", (len(INSTCOUNT_FEATURES),), np.int64), True, False,
-     np.zeros(len(INSTCOUNT_FEATURES), np.int64), lambda e, m, i: e._core._compute("InstCount", m)),
+     np.zeros(len(INSTCOUNT_FEATURES), np.int64), lambda e, m, i: _instcount(e, m)),
     ("InstCountDict", DictSpace({n: _scalar(n) for n in INSTCOUNT_FEATURES}, "InstCountDict"), True, False,
      {n: 0 for n in INSTCOUNT_FEATURES},
-     lambda e, m, i: {n: int(v) for n, v in zip(INSTCOUNT_FEATURES, e._core._compute("InstCount", m))}),
+     lambda e, m, i: {n: int(v) for n, v in zip(INSTCOUNT_FEATURES, _instcount(e, m))}),
     ("InstCountNorm", Box(0, 1, "InstCountNorm", (len(INSTCOUNT_FEATURES) - 1,), np.float32), True, False,
      np.zeros(len(INSTCOUNT_FEATURES) - 1, np.float32), lambda e, m, i: _instcount_norm(e, m)),
     ("InstCountNormDict", DictSpace({f"{n}Density": _scalar(f"{n}Density", float) for n in _INSTCOUNT_NAMES[1:]},
@@ -253,6 +271,10 @@ _TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
      np.zeros(0, np.int32), lambda e, m, i: inst2vec_indices(m)),
     ("Inst2vec", Sequence("Inst2vec", (0, None), np.ndarray), True, False,
      np.zeros((0, EMBEDDING_DIM), np.float32), lambda e, m, i: inst2vec_embeddings(m)),
+]
+
+#: This package's observations beyond CompilerGym's (see :func:`extra_observation_specs`), as ``_TABLE``.
+_EXTRA_TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
     ("Spectrum", Box(-np.inf, np.inf, "Spectrum", (0,), np.float32), True, False, None,
      lambda e, m, i: e._core._compute("Spectrum", m)),
     ("Codes", Box(0, 255, "Codes", (0,), np.uint8), True, False, None, lambda e, m, i: e._core._compute("Codes", m)),
@@ -262,18 +284,28 @@ _TABLE: List[Tuple[str, Any, bool, bool, Any, Callable]] = [
 
 
 def _instcount_norm(env, module: Module) -> np.ndarray:
-    counts = env._core._compute("InstCount", module)
+    counts = _instcount(env, module)
     return (counts[1:] / max(int(counts[0]), 1)).astype(np.float32)
 
 
 def observation_specs() -> List[ObservationSpaceSpec]:
-    """The specs of every observation space, in a fixed order (``index``)."""
+    """The specs of CompilerGym 0.2.5's observation spaces (what ``env.observation.spaces`` lists), in a fixed
+    order (``index``)."""
     return [ObservationSpaceSpec(name, index, space, deterministic, platform_dependent, default)
             for index, (name, space, deterministic, platform_dependent, default, _) in enumerate(_TABLE)]
 
 
+def extra_observation_specs() -> List[ObservationSpaceSpec]:
+    """The specs of this package's Spectrum, Codes and Embedding observations, indexed after CompilerGym's: an
+    environment computes them as any other (``env.observation["Codes"]``, ``observation_space="Codes"``) but
+    does not list them in ``env.observation.spaces``, which holds CompilerGym's names only."""
+    return [ObservationSpaceSpec(name, index, space, deterministic, platform_dependent, default)
+            for index, (name, space, deterministic, platform_dependent, default, _)
+            in enumerate(_EXTRA_TABLE, start=len(_TABLE))]
+
+
 #: name -> compute(env, module, initial module).
-COMPUTE: Dict[str, Callable] = {row[0]: row[5] for row in _TABLE}
+COMPUTE: Dict[str, Callable] = {row[0]: row[5] for row in (*_TABLE, *_EXTRA_TABLE)}
 
 
 def refuse(name: str) -> None:
@@ -282,4 +314,4 @@ def refuse(name: str) -> None:
                                 "Autophase, InstCount, Ir and Embedding are")
 
 
-__all__ = ["COMPUTE", "UNSUPPORTED", "cpu_info", "observation_specs", "refuse"]
+__all__ = ["COMPUTE", "UNSUPPORTED", "cpu_info", "extra_observation_specs", "observation_specs", "refuse"]

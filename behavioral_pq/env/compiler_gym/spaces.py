@@ -1,5 +1,8 @@
-"""CompilerGym 0.2.5's spaces: the named, commandline action space, scalars, and the reward spaces of ``llvm-v0``
-(``IrInstructionCount``, ``...Norm``, ``...O3``, ``...Oz`` over IR instructions, object and binary text sizes).
+"""CompilerGym 0.2.5's spaces: ``Discrete`` and the named, commandline action spaces, ``Scalar``, ``Sequence``,
+``SpaceSequence``, ``Permutation``, ``Box``, ``Dict``, ``Tuple``, and the reward spaces: those of ``llvm-v0``
+(``IrInstructionCount``, ``...Norm``, ``...O3``, ``...Oz`` over IR instructions, object and binary text sizes),
+``RuntimeReward`` and ``DefaultRewardFromObservation``. Every space has a ``name``, and two spaces are equal when
+their names and definitions are (as in CompilerGym, which builds on gym 0.21: a ``Box``'s dtype does not count).
 
 A reward is stateful within an episode, as in CompilerGym: ``update`` returns the drop in its cost since the last
 call (the first call measures from the benchmark's unoptimized cost), scaled for the normalized kinds.
@@ -9,25 +12,41 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Collection
 from collections.abc import Iterable as IterableType
-from typing import Iterable, List, NamedTuple, Optional, Tuple, Union
+from numbers import Integral
+from typing import Callable, Iterable, List, NamedTuple, Optional, Union
 
+import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from behavioral_pq.errors import UnknownPassError
+from behavioral_pq.errors import BenchmarkInitError, UnknownPassError
 
 
-class NamedDiscrete(spaces.Discrete):
+class Discrete(spaces.Discrete):
+    """The integers ``0 .. n - 1``: a gymnasium ``Discrete`` with a name."""
+
+    def __init__(self, n: int, name: str):
+        super().__init__(n)
+        self.name = name
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Discrete) and self.name == other.name and super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((self.name, int(self.n)))
+
+
+class NamedDiscrete(Discrete):
     """A ``Discrete`` space whose points have names: ``space["a"]`` -> index, ``space.names[i]`` -> name."""
 
     def __init__(self, items: Iterable[str], name: str):
         items = [str(x) for x in items]
         if not items:
-            raise ValueError("no values for a discrete space")
+            raise ValueError("No values for discrete space")
         self.names: List[str] = items
-        self.name = name
-        super().__init__(len(items))
+        super().__init__(len(items), name=name)
 
     def __getitem__(self, name: str) -> int:
         """The index of ``name``; ValueError (UnknownPassError) when it is not in the space."""
@@ -156,7 +175,7 @@ class Sequence(spaces.Space):
     """A variable-length sequence (a string, bytes, or a 1-D array of ``dtype``) whose length is in
     ``size_range`` (``(low, None)``: unbounded)."""
 
-    def __init__(self, name: str, size_range: Tuple[int, Optional[int]] = (0, None), dtype=bytes,
+    def __init__(self, name: str, size_range: tuple[int, Optional[int]] = (0, None), dtype=bytes,
                  opaque_data_format: Optional[str] = None, scalar_range: Optional[Scalar] = None):
         super().__init__((), None)
         self.name, self.size_range, self.sequence_dtype = name, tuple(size_range), dtype
@@ -201,14 +220,16 @@ class Sequence(spaces.Space):
 
 
 class Box(spaces.Box):
-    """A gymnasium ``Box`` with a name."""
+    """A gymnasium ``Box`` with a name. Equal to a ``Box`` of the same name, shape and bounds, whatever the two
+    dtypes (gym 0.21's equality, which CompilerGym's is)."""
 
     def __init__(self, low, high, name: str, shape=None, dtype=np.float32):
         super().__init__(low=low, high=high, shape=shape, dtype=dtype)
         self.name = name
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Box) and self.name == other.name and super().__eq__(other)
+        return (isinstance(other, Box) and self.name == other.name and self.shape == other.shape
+                and bool(np.allclose(self.low, other.low)) and bool(np.allclose(self.high, other.high)))
 
     def __hash__(self) -> int:
         return hash((self.name, self.shape))
@@ -226,6 +247,72 @@ class Dict(spaces.Dict):
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+class Tuple(spaces.Tuple):
+    """A product of spaces: a gymnasium ``Tuple`` with a name."""
+
+    def __init__(self, spaces: List[gymnasium.Space], name: str):
+        super().__init__(spaces)
+        self.name = name
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Tuple) and self.name == other.name and super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((self.name, len(self.spaces)))
+
+
+class SpaceSequence(spaces.Space):
+    """A variable-length sequence of values of one ``space``, its length in ``size_range`` (``(low, None)``:
+    unbounded)."""
+
+    def __init__(self, name: str, space: spaces.Space, size_range: tuple[int, Optional[int]] = (0, None)):
+        super().__init__(None, None)
+        self.name, self.space, self.size_range = name, space, tuple(size_range)
+
+    def contains(self, x) -> bool:
+        if not isinstance(x, Collection):
+            return False
+        high = np.inf if self.size_range[1] is None else self.size_range[1]
+        if not self.size_range[0] <= len(x) <= high:
+            return False
+        return all(self.space.contains(element) for element in x)
+
+    def sample(self, mask=None, probability=None) -> list:
+        high = None if self.size_range[1] is None else self.size_range[1] + 1
+        return [self.space.sample() for _ in range(self.np_random.integers(self.size_range[0], high))]
+
+    def __repr__(self) -> str:
+        high = "inf" if self.size_range[1] is None else self.size_range[1]
+        return f"SpaceSequence<{self.space!r}>[{self.size_range[0]},{high}]"
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, SpaceSequence) and self.name == other.name
+                and Counter(self.size_range) == Counter(other.size_range) and self.space == other.space)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.size_range))
+
+
+class Permutation(Sequence):
+    """The orderings of all the integers of ``scalar_range`` (``[1, 3]``: ``[1, 2, 3]``, ``[2, 1, 3]``, ...): a
+    :class:`Sequence` whose length is the number of integers in the range; TypeError for a range of non-integers."""
+
+    def __init__(self, name: str, scalar_range: Scalar):
+        if not issubclass(np.dtype(scalar_range.dtype).type, Integral):
+            raise TypeError("Permutation space can have integral scalar range only.")
+        size = scalar_range.max - scalar_range.min + 1
+        super().__init__(name=name, size_range=(size, size), dtype=scalar_range.dtype, scalar_range=scalar_range)
+
+    def sample(self, mask=None, probability=None) -> np.ndarray:
+        return self.np_random.permutation(self.size_range[0]) + self.scalar_range.min
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Permutation) and super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return super().__hash__()
 
 
 class Reward(Scalar):
@@ -260,7 +347,7 @@ class Reward(Scalar):
         return self.default_value - episode_reward if self.default_negates_returns else self.default_value
 
     @property
-    def range(self) -> Tuple[float, float]:
+    def range(self) -> tuple[float, float]:
         return (self.min, self.max)
 
     def __repr__(self) -> str:
@@ -273,6 +360,62 @@ class Reward(Scalar):
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+class DefaultRewardFromObservation(Reward):
+    """The change in the value of the observation ``observation_name`` since the last step (the first step
+    measures from 0); the reward space takes the observation's name."""
+
+    def __init__(self, observation_name: str, **kwargs):
+        super().__init__(observation_spaces=[observation_name], name=observation_name, **kwargs)
+        self.previous_value = None
+
+    def reset(self, benchmark, observation_view) -> None:
+        self.previous_value = None
+
+    def update(self, actions, observations, observation_view) -> float:
+        value = observations[0]
+        previous = 0 if self.previous_value is None else self.previous_value
+        self.previous_value = value
+        return float(value - previous)
+
+
+class RuntimeReward(Reward):
+    """``runtime``: the drop in the estimated runtime of the benchmark since the last step. The estimate is
+    ``estimator`` (``np.median``, ``min``, ...) of the ``Runtime`` observation's ``runtime_count`` timed runs,
+    made after ``warmup_count`` untimed ones (both are the environment's settings, which the
+    ``RuntimePointEstimateReward`` wrapper sets). ``reset`` raises BenchmarkInitError for a benchmark that cannot
+    be run; the start of an episode on the same benchmark reuses its first estimate."""
+
+    def __init__(self, runtime_count: int, warmup_count: int, estimator: Callable[[Iterable[float]], float],
+                 default_value: int = 0):
+        super().__init__(name="runtime", observation_spaces=["Runtime"], default_value=default_value, min=None,
+                         max=None, default_negates_returns=True, deterministic=False, platform_dependent=True)
+        self.runtime_count = runtime_count
+        self.warmup_count = warmup_count
+        self.estimator = estimator
+        self.starting_runtime: Optional[float] = None
+        self.previous_runtime: Optional[float] = None
+        self.current_benchmark = None
+
+    def reset(self, benchmark, observation_view) -> None:
+        if benchmark != self.current_benchmark:
+            if not observation_view["IsRunnable"]:
+                raise BenchmarkInitError(f"Benchmark is not runnable: {benchmark}")
+            self.current_benchmark = benchmark
+            self.starting_runtime = None
+        if self.starting_runtime is None:
+            self.starting_runtime = self.estimator(observation_view["Runtime"])
+        self.previous_runtime = self.starting_runtime
+
+    def update(self, actions, observations, observation_view) -> float:
+        runtimes = observations[0]
+        if len(runtimes) != self.runtime_count:
+            raise RuntimeError(f"Expected {self.runtime_count} runtimes but received {len(runtimes)}")
+        runtime = self.estimator(runtimes)
+        reward = self.previous_runtime - runtime
+        self.previous_runtime = runtime
+        return reward
 
 
 class CostFunctionReward(Reward):
@@ -348,5 +491,6 @@ def llvm_rewards() -> List[Reward]:
     return rewards
 
 
-__all__ = ["BaselineImprovementNormalizedReward", "Box", "Commandline", "CommandlineFlag", "CostFunctionReward", "Dict",
-           "NamedDiscrete", "NormalizedReward", "Reward", "Scalar", "Sequence", "llvm_rewards"]
+__all__ = ["BaselineImprovementNormalizedReward", "Box", "Commandline", "CommandlineFlag", "CostFunctionReward",
+           "DefaultRewardFromObservation", "Dict", "Discrete", "NamedDiscrete", "NormalizedReward", "Permutation",
+           "Reward", "RuntimeReward", "Scalar", "Sequence", "SpaceSequence", "Tuple", "llvm_rewards"]

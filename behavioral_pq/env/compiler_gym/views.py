@@ -64,9 +64,11 @@ class ObservationSpaceSpec:
 
 class ObservationView:
     """``view["Autophase"]``: an observation of the current state, computed once per module. ``spaces`` maps each
-    name to its :class:`ObservationSpaceSpec`."""
+    name to its :class:`ObservationSpaceSpec`; ValueError without any."""
 
     def __init__(self, env, specs: List[ObservationSpaceSpec]):
+        if not specs:
+            raise ValueError("No observation spaces")
         self._env = env
         self.spaces: Dict[str, ObservationSpaceSpec] = {}
         for spec in specs:

@@ -1,23 +1,33 @@
 """CompilerGym 0.2.5's ``compiler_gym.wrappers``: the wrapper bases (``CompilerEnvWrapper``, ``ActionWrapper``,
-``ObservationWrapper``, ``RewardWrapper``), ``TimeLimit``, the command-line action wrappers and the benchmark
-iterators, with its names and behaviour. A wrapper is a gymnasium ``Wrapper`` whose attributes (spaces,
-benchmark, views, state) are the wrapped environment's; setting them sets the environment's.
+``ObservationWrapper``, ``RewardWrapper``), ``TimeLimit``, the command-line action wrappers, the benchmark
+iterators, ``Counter``, ``ForkOnStep``, ``ValidateBenchmarkAfterEveryStep`` and, for ``LlvmEnv``,
+``RuntimePointEstimateReward`` and ``SynchronousSqliteLogger``, with its names and behaviour. A wrapper is a
+gymnasium ``Wrapper`` whose attributes (spaces, benchmark, views, state) are the wrapped environment's; setting
+them sets the environment's.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import pickle
+import sqlite3
 import threading
-from abc import abstractmethod
+import time
+import zlib
+from abc import ABC, abstractmethod
 from collections.abc import Iterable as IterableType
+from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
 import gymnasium
 import numpy as np
 
 from behavioral_pq.env.compiler_gym.datasets import Benchmark
-from behavioral_pq.env.compiler_gym.env import CompilerEnv
-from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag
+from behavioral_pq.env.compiler_gym.env import CompilerEnv, LlvmEnv
+from behavioral_pq.env.compiler_gym.spaces import Commandline, CommandlineFlag, RuntimeReward
+
+logger = logging.getLogger(__name__)
 
 BenchmarkLike = Union[str, Benchmark]
 
@@ -116,8 +126,9 @@ class ActionWrapper(CompilerEnvWrapper):
         raise NotImplementedError
 
 
-class ObservationWrapper(CompilerEnvWrapper):
-    """Converts every observation (of ``reset`` and ``step``) with :meth:`convert_observation`."""
+class ObservationWrapper(CompilerEnvWrapper, ABC):
+    """Converts every observation (of ``reset`` and ``step``) with :meth:`convert_observation`, which a subclass
+    defines (TypeError on instantiating one that does not)."""
 
     def reset(self, *args, **kwargs):
         return self.convert_observation(self.env.reset(*args, **kwargs))
@@ -134,8 +145,9 @@ class ObservationWrapper(CompilerEnvWrapper):
         raise NotImplementedError
 
 
-class RewardWrapper(CompilerEnvWrapper):
-    """Converts every reward with :meth:`convert_reward`; ``episode_reward`` sums the converted rewards."""
+class RewardWrapper(CompilerEnvWrapper, ABC):
+    """Converts every reward with :meth:`convert_reward`, which a subclass defines (TypeError on instantiating one
+    that does not); ``episode_reward`` sums the converted rewards."""
 
     def multistep(self, actions, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
                   timeout: Optional[float] = 300):
@@ -351,6 +363,263 @@ class RandomOrderBenchmarks(IterateOverBenchmarks):
         return IterateOverBenchmarks(env=self.env.fork(), benchmarks=self._all_benchmarks)
 
 
-__all__ = ["ActionWrapper", "CommandlineWithTerminalAction", "CompilerEnvWrapper", "ConstrainedCommandline",
-           "CycleOverBenchmarks", "CycleOverBenchmarksIterator", "IterateOverBenchmarks", "ObservationWrapper",
-           "RandomOrderBenchmarks", "RewardWrapper", "TimeLimit"]
+class Counter(CompilerEnvWrapper):
+    """Counts the calls to ``close``, ``reset``, ``step`` and ``fork`` in ``counters`` (``reset`` does not clear
+    them). ``fork`` returns a fork of the wrapped environment, without a counter."""
+
+    def __init__(self, env: CompilerEnv):
+        super().__init__(env)
+        self.counters: Dict[str, int] = {"close": 0, "reset": 0, "step": 0, "fork": 0}
+
+    def close(self) -> None:
+        self.counters["close"] += 1
+        self.env.close()
+
+    def reset(self, *args, **kwargs):
+        self.counters["reset"] += 1
+        return self.env.reset(*args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        self.counters["step"] += 1
+        return self.env.step(*args, **kwargs)
+
+    def fork(self) -> CompilerEnv:
+        self.counters["fork"] += 1
+        return self.env.fork()
+
+
+class ForkOnStep(CompilerEnvWrapper):
+    """Forks the environment before every ``step``, so that :meth:`undo` can go back one step. ``stack`` holds the
+    forks, oldest first; ``reset`` and ``close`` close them and empty it. A ``ForkOnStep`` cannot itself be
+    forked (NotImplementedError)."""
+
+    def __init__(self, env: CompilerEnv):
+        super().__init__(env)
+        self.stack: List[CompilerEnv] = []
+
+    def undo(self) -> Optional[CompilerEnv]:
+        """Go back to the state before the last step, closing the current one; returns the environment now
+        wrapped (None, and nothing changes, when there is no step to undo)."""
+        if not self.stack:
+            return None
+        self.env.close()
+        self.env = self.stack.pop()
+        return self.env
+
+    def _close_stack(self) -> None:
+        for env in self.stack:
+            env.close()
+        self.stack = []
+
+    def close(self) -> None:
+        self._close_stack()
+        self.env.close()
+
+    def reset(self, *args, **kwargs):
+        observation = self.env.reset(*args, **kwargs)
+        self._close_stack()
+        return observation
+
+    def step(self, *args, **kwargs):
+        self.stack.append(self.env.fork())
+        return self.env.step(*args, **kwargs)
+
+    def fork(self):
+        raise NotImplementedError("a ForkOnStep environment cannot be forked")
+
+
+class ValidateBenchmarkAfterEveryStep(CompilerEnvWrapper):
+    """Validates the benchmark (``benchmark.ivalidate``) after every step that does not end the episode; at the
+    first error the step returns ``reward_penalty`` as its reward, ends the episode (``done``) and puts the error
+    in ``info["error_details"]``."""
+
+    def __init__(self, env: CompilerEnv, reward_penalty: float = -1e3):
+        super().__init__(env)
+        self.reward_penalty = reward_penalty
+
+    def multistep(self, actions, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
+                  timeout: Optional[float] = 300):
+        observation, reward, done, info = self.env.multistep(
+            actions, observation_spaces=observation_spaces, reward_spaces=reward_spaces,
+            observations=observations, rewards=rewards)
+        if done:
+            return observation, reward, done, info
+        error = next(iter(self.env.benchmark.ivalidate(self.env)), None)
+        if error is None:
+            return observation, reward, done, info
+        info["error_details"] = error
+        return observation, self.reward_penalty, True, info
+
+
+class RuntimePointEstimateReward(CompilerEnvWrapper):
+    """Makes ``runtime`` (a :class:`~behavioral_pq.env.compiler_gym.spaces.RuntimeReward`) the reward space of
+    an ``LlvmEnv``: each step earns the drop in ``estimator`` of ``runtime_count`` timed runs of the benchmark,
+    after ``warmup_count`` untimed ones. The counts reach the environment at the start of every episode, as
+    CompilerGym sends them to its service (so ``reset`` raises ValueError for a count out of range; so does the
+    constructor when an episode runs already)."""
+
+    def __init__(self, env: LlvmEnv, runtime_count: int = 30, warmup_count: int = 0,
+                 estimator: Callable[[Iterable[float]], float] = np.median):
+        super().__init__(env)
+        self.env.unwrapped.reward.add_space(
+            RuntimeReward(runtime_count=runtime_count, warmup_count=warmup_count, estimator=estimator))
+        self.env.unwrapped.reward_space = "runtime"
+        self.runtime_count = runtime_count
+        self.warmup_count = warmup_count
+        if self.env.unwrapped.in_episode:
+            self._send_runtime_counts()
+
+    def _send_runtime_counts(self) -> None:
+        self.env.unwrapped.runtime_observation_count = self.runtime_count
+        self.env.unwrapped.runtime_warmup_runs_count = self.warmup_count
+
+    def reset(self, *args, **kwargs):
+        self._send_runtime_counts()
+        return self.env.reset(*args, **kwargs)
+
+    def multistep(self, actions, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
+                  timeout: Optional[float] = 300):
+        if not self.env.unwrapped.in_episode:
+            self.reset()
+        return self.env.multistep(actions, observation_spaces=observation_spaces, reward_spaces=reward_spaces,
+                                  observations=observations, rewards=rewards)
+
+    def fork(self) -> "RuntimePointEstimateReward":
+        forked_env = self.env.fork()
+        space = self.env.unwrapped.reward.spaces["runtime"]
+        forked_space = forked_env.unwrapped.reward.spaces.pop("runtime")
+        forked = RuntimePointEstimateReward(forked_env, runtime_count=space.runtime_count,
+                                            warmup_count=space.warmup_count, estimator=space.estimator)
+        forked_env.unwrapped.reward.spaces["runtime"] = forked_space    # the episode's estimates so far
+        forked_env.unwrapped.reward_space = "runtime"
+        return forked
+
+
+#: The tables of :class:`SynchronousSqliteLogger`'s database (CompilerGym's schema).
+SQLITE_LOGGER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS States (
+  benchmark_uri TEXT NOT NULL,         -- The URI of the benchmark.
+  done INTEGER NOT NULL,               -- 0 = False, 1 = True.
+  ir_instruction_count_oz_reward REAL NULLABLE,
+  state_id TEXT NOT NULL,              -- 40-char sha1.
+  actions TEXT NOT NULL,               -- Decode: [int(x) for x in field.split()]
+  PRIMARY KEY (benchmark_uri, actions),
+  FOREIGN KEY (state_id) REFERENCES Observations(state_id) ON UPDATE CASCADE
+);
+
+CREATE TABLE IF NOT EXISTS Observations (
+    state_id TEXT NOT NULL,            -- 40-char sha1.
+    ir_instruction_count INTEGER NOT NULL,
+    compressed_llvm_ir BLOB NOT NULL,           -- Decode: zlib.decompress(...)
+    pickled_compressed_programl BLOB NOT NULL,  -- Decode: pickle.loads(zlib.decompress(...))
+    autophase TEXT NOT NULL,                    -- Decode: np.array([int(x) for x in field.split()], dtype=np.int64)
+    instcount TEXT NOT NULL,                    -- Decode: np.array([int(x) for x in field.split()], dtype=np.int64)
+    PRIMARY KEY (state_id)
+);
+"""
+
+#: What :class:`SynchronousSqliteLogger` records of every state, in the order of its ``_record``.
+_LOGGED_OBSERVATIONS = ("IrSha1", "Ir", "Programl", "Autophase", "InstCount", "IrInstructionCount")
+_LOGGED_REWARDS = ("IrInstructionCountOz", "IrInstructionCount")
+
+
+class SynchronousSqliteLogger(CompilerEnvWrapper):
+    """Logs every state of an ``LlvmEnv`` (wrapped or not; TypeError for another environment) to the sqlite
+    database ``db_path`` (created, or appended to), with CompilerGym's schema (:data:`SQLITE_LOGGER_SCHEMA`):
+    ``States`` holds each benchmark and action sequence with its state id (the IR's sha1), whether the episode
+    ended and the episode's ``IrInstructionCountOz`` reward; ``Observations`` each state's IR (zlib), ProGraML
+    graph (pickled, zlib), Autophase, InstCount and instruction count. Writes are buffered: :meth:`flush` (also
+    ``close``, every ``commit_frequency_in_seconds`` and every ``max_step_buffer_length`` steps) commits them.
+    A step takes the environment's default observation and reward spaces (ValueError for others, or without
+    them) and adds its reward to ``episode_reward`` as the environment's own step does."""
+
+    def __init__(self, env: LlvmEnv, db_path: Union[str, Path], commit_frequency_in_seconds: int = 300,
+                 max_step_buffer_length: int = 5000):
+        if not isinstance(getattr(env, "unwrapped", None), LlvmEnv):
+            raise TypeError("Requires LlvmEnv base environment")
+        super().__init__(env)
+        db_path = Path(db_path)
+        db_path.parent.mkdir(exist_ok=True, parents=True)
+        self.connection = sqlite3.connect(str(db_path))
+        self.cursor = self.connection.cursor()
+        self.commit_frequency = commit_frequency_in_seconds
+        self.max_step_buffer_length = max_step_buffer_length
+        self.cursor.executescript(SQLITE_LOGGER_SCHEMA)
+        self.connection.commit()
+        self.last_commit = time.time()
+        self.observations_buffer: Dict[str, tuple] = {}
+        self.step_buffer: List[tuple] = []
+        self._observations = [self.env.observation.spaces[name] for name in _LOGGED_OBSERVATIONS]
+        self._rewards = [self.env.reward.spaces[name] for name in _LOGGED_REWARDS]
+        self._reward_totals = np.zeros(len(self._rewards))
+
+    def flush(self) -> None:
+        """Write the buffered states and observations to the database."""
+        n_steps, n_observations = len(self.step_buffer), len(self.observations_buffer)
+        if not n_steps:
+            return
+        start = time.time()
+        self.cursor.executemany("INSERT OR IGNORE INTO States VALUES (?, ?, ?, ?, ?)", self.step_buffer)
+        self.cursor.executemany("INSERT OR IGNORE INTO Observations VALUES (?, ?, ?, ?, ?, ?)",
+                                ((k, *v) for k, v in self.observations_buffer.items()))
+        self.step_buffer = []
+        self.observations_buffer = {}
+        self.connection.commit()
+        logger.info("Wrote %d state records and %d observations in %.3fs. Last flush %.3fs ago", n_steps,
+                    n_observations, time.time() - start, start - self.last_commit)
+        self.last_commit = time.time()
+
+    def reset(self, *args, **kwargs):
+        observation = self.env.reset(*args, **kwargs)
+        values, rewards, done, info = self.env.multistep(
+            [], observation_spaces=self._observations, reward_spaces=self._rewards)
+        if done:
+            raise RuntimeError(f"reset() failed: {info.get('error_details')}")
+        self._reward_totals = np.array(rewards, dtype=np.float32)
+        self._record(self.actions, values, self._reward_totals, done=False)
+        return observation
+
+    def multistep(self, actions, observation_spaces=None, reward_spaces=None, observations=None, rewards=None,
+                  timeout: Optional[float] = 300):
+        if any(x is not None for x in (observation_spaces, reward_spaces, observations, rewards)):
+            raise ValueError("SynchronousSqliteLogger steps with the default observation and reward spaces only")
+        if not self.observation_space_spec:
+            raise ValueError("No observation space set")
+        if not self.reward_space:
+            raise ValueError("No reward space set")
+        values, reward_values, done, info = self.env.multistep(
+            actions, observation_spaces=self._observations + [self.observation_space_spec],
+            reward_spaces=self._rewards + [self.reward_space])
+        self._reward_totals += reward_values[:-1]
+        if self.unwrapped.episode_reward is not None:
+            self.unwrapped.episode_reward += reward_values[-1]
+        self._record(self.actions, values[:-1], self._reward_totals, done=done)
+        return values[-1], reward_values[-1], done, info
+
+    def _record(self, actions, observations, rewards, done: bool) -> None:
+        state_id, ir, programl, autophase, instcount, instruction_count = observations
+        self.step_buffer.append((str(self.benchmark.uri), 1 if done else 0, float(rewards[0]), state_id,
+                                 " ".join(str(x) for x in actions)))
+        self.observations_buffer[state_id] = (
+            int(instruction_count), zlib.compress(ir.encode("utf-8")), zlib.compress(pickle.dumps(programl)),
+            " ".join(str(x) for x in autophase), " ".join(str(x) for x in instcount))
+        if (len(self.step_buffer) >= self.max_step_buffer_length
+                or time.time() - self.last_commit >= self.commit_frequency):
+            self.flush()
+
+    def close(self) -> None:
+        """Flush the buffers, close the database and the environment."""
+        if self.connection is not None:
+            self.flush()
+            self.connection.close()
+            self.connection = self.cursor = None
+        self.env.close()
+
+    def fork(self):
+        raise NotImplementedError("a SynchronousSqliteLogger environment cannot be forked")
+
+
+__all__ = ["SQLITE_LOGGER_SCHEMA", "ActionWrapper", "CommandlineWithTerminalAction", "CompilerEnvWrapper",
+           "ConstrainedCommandline", "Counter", "CycleOverBenchmarks", "CycleOverBenchmarksIterator", "ForkOnStep",
+           "IterateOverBenchmarks", "ObservationWrapper", "RandomOrderBenchmarks", "RewardWrapper",
+           "RuntimePointEstimateReward", "SynchronousSqliteLogger", "TimeLimit", "ValidateBenchmarkAfterEveryStep"]
