@@ -1,5 +1,6 @@
-"""``bpq ranker measure|deepen|fit|show``: a learned ranker over pass pipelines, its training data,
-and what it would try first; ``bpq optimize --auto --ranker DIR`` spends the budget on its picks."""
+"""``bpq ranker measure|deepen|fit|show|behavior``: a learned ranker over pass pipelines, its training data,
+what it would try first, and behavior models compared on held-out modules and pipelines; ``bpq optimize --auto
+--ranker DIR`` spends the budget on its picks."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ folder: cells of rows written before searches left -lowerinvoke and -loweratomic
 (deepen does the same).
 fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
 the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
+behavior trains a module x pipeline model per module tower (PQ-BERT, raw spectrum, count tail, Autophase, none)
+on rows of every split (measure --split train, valid and test into one DATA) and compares them on test modules
+and pipelines none trained on:
+  bpq corpus spectra store/
+  for s in train valid test; do bpq ranker measure store/ --split $s --out ranker-data; done
+  bpq ranker behavior ranker-data --corpus store/ --out behavior-report
 """
 
 
@@ -309,6 +316,47 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_behavior(args) -> int:
+    import json
+
+    import torch
+
+    from behavioral_pq.corpus.reader import Corpus
+    from behavioral_pq.tasks.guidance.behavior import (TOWERS, behavior_markdown, evaluate_towers,
+                                                      plot_curves)
+    from behavioral_pq.tasks.guidance.ranker import RankerError, load_ranker_data
+
+    towers = args.towers.split(",") if args.towers else list(TOWERS)
+    unknown = [t for t in towers if t not in TOWERS]
+    if unknown:
+        raise ValueError(f"unknown tower(s) {', '.join(unknown)}; choose from {', '.join(TOWERS)}")
+    if args.epochs < 1 or args.steps < 1:
+        raise ValueError("--epochs and --steps must be >= 1")
+    if not 0 < args.held_out < 1:
+        raise ValueError(f"--held-out must be between 0 and 1, got {args.held_out}")
+    out = check_output_folder(args.out)
+    data = load_ranker_data(args.data, args.objective)
+    if not data.shas:
+        raise RankerError(f"{args.data}: no measured rows yet (run: bpq ranker measure STORE --out {args.data})")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = evaluate_towers(data, Corpus(args.corpus), _encoder(args), towers=towers, held_out=args.held_out,
+                             seed=args.seed, epochs=args.epochs, steps_per_epoch=args.steps,
+                             progress=not args.json)
+    report.update(data=str(args.data), store=str(args.corpus), objective=data.objective)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(behavior_markdown(report))
+    plot_curves(report, out / "curves.png")
+    if args.json:
+        print_json({k: v for k, v in report.items() if k != "towers"} | {"towers": {
+            t: {k: v for k, v in r.items() if k != "history"} for t, r in report["towers"].items()}})
+    else:
+        print(behavior_markdown(report))
+        print(f"wrote {out}/report.md, report.json and curves.png")
+    return 0
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser("ranker", help="a learned ranker over pass pipelines: measure, deepen, fit, show",
                        description="Train a ranker that predicts each pipeline's gain over -Oz from a module's "
@@ -397,6 +445,28 @@ def add_parsers(sub) -> None:
                    help="replace --out even when it holds something else than a pipeline ranker")
     f.add_argument("--json", action="store_true", help="machine-readable summary")
     f.set_defaults(func=cmd_fit)
+
+    b = rsub.add_parser("behavior", help="compare behavior models (module x pipeline) per module tower on held-out "
+                                         "modules and pipelines", epilog=RANKER_EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("data", metavar="DATA", help="training-data folder with rows of the train, valid and test splits")
+    b.add_argument("--corpus", required=True, metavar="STORE", help="the store the rows were measured on (its "
+                                                                       "splits and spectra)")
+    b.add_argument("--out", required=True, metavar="DIR", help="report folder (report.md, report.json, curves.png)")
+    b.add_argument("--towers", metavar="LIST", help="comma-separated module towers (default: "
+                                                   "pqbert,spectrum,counts,autophase,none)")
+    b.add_argument("--objective", choices=("ir-count", "text-size"), default=None,
+                   help="the objective the rows must be of (default: whichever they are of)")
+    b.add_argument("--held-out", type=float, default=0.2, metavar="SHARE",
+                   help="share of the pool's pipelines never trained on (default 0.2)")
+    b.add_argument("--epochs", type=int, default=30, help="training epochs per tower (default 30)")
+    b.add_argument("--steps", type=int, default=60, help="optimizer steps per epoch (default 60)")
+    b.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    b.add_argument("--checkpoint", metavar="DIR", help="encoder: its probe set's spectra, its PQ-BERT for the pqbert "
+                                                       "tower (default: the shipped one)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the held-out pipelines and the training (default 0)")
+    b.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
+    b.set_defaults(func=cmd_behavior)
 
     s = rsub.add_parser("show", help="what a ranker was fitted on and what it tries first without module input",
                         epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,571 @@
+"""A behavior model: how a module reacts to a pipeline, including pipelines it was never probed with.
+
+Two towers meet in one small head. The **module tower** reads what is known of a module before any search (one of
+:data:`TOWERS`: PQ-BERT over the spectrum's codes, initialized from the shipped encoder; an MLP on the raw spectrum
+and Autophase row; an MLP on the count tail, the 8 count reactions of each probe; an MLP on Autophase; or nothing,
+which makes the model a global ranking). The **pipeline tower** reads a pipeline as tokens (whole-pipeline steps
+such as -Oz, and catalog passes) with learned positions, through a small Transformer, so order matters and a
+pipeline it never saw gets a score. The head reads ``[m, p, m * p]`` and predicts the gain
+``log(value_Oz / value)`` of the objective (:func:`~behavioral_pq.tasks.guidance.ranker.gains_matrix`).
+
+Training data are the rows ``bpq ranker measure`` writes (every pool pipeline on each train module). The model is
+judged on modules and pipelines it did not train on: per-module rank correlation of predicted and measured gains,
+and the best gain among the budget pipelines it chooses (:func:`coverage_choice`), against the global ranking.
+
+Shapes: N modules, K pipelines, P probes, L tokens per pipeline (at most :data:`MAX_STEPS`), d the towers' width.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from behavioral_pq.core.catalog import BASELINES, PASSES
+from behavioral_pq.core.features import AUTOPHASE_FEATURES
+from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_buckets
+from behavioral_pq.tasks.guidance.ranker import PipelineRanker, representation_rows
+
+logger = logging.getLogger(__name__)
+
+#: Module towers, in the order reports list them. ``none`` reads nothing of the module: a global ranking.
+TOWERS = ("pqbert", "spectrum", "counts", "autophase", "none")
+#: Pipeline tokens: padding, the whole-pipeline steps (-Oz, -O3, ...), then the catalog passes.
+VOCABULARY: Tuple[str, ...] = ("<pad>",) + tuple(f"-{name}" for name in BASELINES) + tuple(p.flag for p in PASSES)
+TOKEN = {flag: i for i, flag in enumerate(VOCABULARY)}
+#: A pipeline's steps past this many are not read (the pools' longest pipeline has 173).
+MAX_STEPS = 256
+#: Gains are scaled by this inside the model, so its outputs are of order one.
+GAIN_SCALE = 10.0
+
+
+def pipeline_tokens(pool: Sequence[Sequence[str]]) -> np.ndarray:
+    """int64 (K, L) token ids of ``pool``'s pipelines, 0-padded to the longest (at most :data:`MAX_STEPS`).
+
+    Raises:
+        ValueError: a step that is neither a whole-pipeline step nor a catalog pass.
+    """
+    longest = min(MAX_STEPS, max((len(s) for s in pool), default=1)) or 1
+    out = np.zeros((len(pool), longest), np.int64)
+    for i, steps in enumerate(pool):
+        for j, step in enumerate(list(steps)[:longest]):
+            if step not in TOKEN:
+                raise ValueError(f"pipeline {i}: unknown step {step!r} (not a catalog pass or a whole-pipeline step)")
+            out[i, j] = TOKEN[step]
+    return out
+
+
+def count_tail(encoder, spectra: np.ndarray, autophase: np.ndarray) -> np.ndarray:
+    """The count tail float32 (N, 8 P'): what ``encoder`` under the ``mean+changes`` pooling appends to its
+    embedding (the shipped encoder's default), each of its reaction rows' 8 count features
+    (:data:`~behavioral_pq.embedding.encoder.COUNT_NAMES`) as relative changes; from log-relative spectra float32
+    (N, P, 56) and the modules' Autophase int (N, 56)."""
+    rows = encoder.reaction_rows(spectra, autophase)
+    return encoder.with_pooling("mean+changes").readout(rows)
+
+
+@dataclass
+class ModuleInputs:
+    """What the module towers read, for N modules: log-relative ``spectra`` float32 (N, P, 56), ``autophase``
+    int64 (N, 56) before the probes, the encoder's ``codes`` uint8 (N, P', M) of the spectra and their count
+    ``tail`` float32 (N, 8 P') (:func:`count_tail`)."""
+
+    shas: List[str]
+    spectra: np.ndarray
+    autophase: np.ndarray
+    codes: Optional[np.ndarray] = None
+    tail: Optional[np.ndarray] = None
+
+    def __post_init__(self):
+        n = len(self.shas)
+        if self.spectra.shape[0] != n or self.autophase.shape != (n, len(AUTOPHASE_FEATURES)):
+            raise ValueError(f"module inputs disagree: {n} hashes, spectra {self.spectra.shape}, Autophase "
+                             f"{self.autophase.shape}")
+        if self.codes is not None and len(self.codes) != n:
+            raise ValueError(f"{len(self.codes)} rows of codes for {n} modules")
+
+    def rows(self, tower: str) -> np.ndarray:
+        """The tower's input rows: float32 (N, D) for an MLP tower, uint8 codes (N, P, M) for ``pqbert``,
+        (N, 0) for ``none``."""
+        if tower == "pqbert":
+            if self.codes is None:
+                raise ValueError("the pqbert tower needs the encoder's codes (ModuleInputs.codes)")
+            return self.codes
+        if tower == "spectrum":
+            return representation_rows("spectrum", spectra=self.spectra, autophase=self.autophase)
+        if tower == "counts":
+            if self.tail is None:
+                raise ValueError("the counts tower needs the count tail (ModuleInputs.tail)")
+            return self.tail
+        if tower == "autophase":
+            return representation_rows("autophase", autophase=self.autophase)
+        if tower == "none":
+            return np.zeros((len(self.shas), 0), np.float32)
+        raise ValueError(f"tower must be one of {', '.join(TOWERS)}, got {tower!r}")
+
+
+def _torch():
+    import torch
+    from torch import nn
+    return torch, nn
+
+
+def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, seed: int = 0):
+    """A :class:`BehaviorModel`-shaped ``torch.nn.Module`` for ``tower`` reading rows of ``input_dim`` values
+    (``pqbert``: a copy of ``encoder``'s PQ-BERT, fine-tuned with the rest)."""
+    torch, nn = _torch()
+    torch.manual_seed(seed)
+
+    class MLPTower(nn.Module):
+        def __init__(self, dim: int):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(dim))
+            self.register_buffer("scale", torch.ones(dim))
+            self.net = nn.Sequential(nn.Linear(dim, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, width))
+
+        def forward(self, x):                                                        # (B, D) -> (B, d)
+            return self.net((x - self.mean) / self.scale)
+
+    class ConstantTower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vector = nn.Parameter(torch.zeros(width))
+
+        def forward(self, x):                                                        # (B, 0) -> (B, d)
+            return self.vector.expand(x.shape[0], -1)
+
+    class PQBertTower(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+            self.out = nn.Linear(model.config.hidden_size, width)
+
+        def forward(self, codes):                                                    # (B, P, M) -> (B, d)
+            return self.out(self.model.embed(codes.long(), "mean"))
+
+    class PipelineTower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(len(VOCABULARY), width, padding_idx=0)
+            self.positions = nn.Embedding(MAX_STEPS, width)
+            layer = nn.TransformerEncoderLayer(width, 4, 2 * width, 0.1, activation="gelu", batch_first=True,
+                                               norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(width)
+
+        def forward(self, tokens):                                                   # (K, L) -> (K, d)
+            pad = tokens == 0
+            x = self.tokens(tokens) + self.positions.weight[:tokens.shape[1]]
+            x = self.norm(self.encoder(x, src_key_padding_mask=pad))
+            keep = (~pad).unsqueeze(-1).float()
+            return (x * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+
+    class BehaviorModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if tower == "pqbert":
+                if encoder is None:
+                    raise ValueError("the pqbert tower starts from an encoder's PQ-BERT: give encoder=")
+                self.module_tower = PQBertTower(copy.deepcopy(encoder.model).train())
+            elif tower == "none":
+                self.module_tower = ConstantTower()
+            else:
+                self.module_tower = MLPTower(input_dim)
+            self.pipeline_tower = PipelineTower()
+            self.head = nn.Sequential(nn.Linear(3 * width, width), nn.GELU(), nn.Linear(width, 1))
+
+        def forward(self, modules, tokens):
+            """Predicted scaled gains float (B, K) of B modules' rows under K pipelines' tokens."""
+            m = self.module_tower(modules)                                            # (B, d)
+            p = self.pipeline_tower(tokens)                                           # (K, d)
+            b, k = m.shape[0], p.shape[0]
+            mm, pp = m[:, None, :].expand(b, k, -1), p[None, :, :].expand(b, k, -1)
+            return self.head(torch.cat([mm, pp, mm * pp], dim=-1)).squeeze(-1)       # (B, K)
+
+    return BehaviorModel()
+
+
+@dataclass
+class FitResult:
+    """A fitted behavior model and how it got there: ``history`` holds one dict per epoch (train loss, valid
+    per-module rank correlation)."""
+
+    tower: str
+    model: object
+    history: List[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    seconds: float = 0.0
+
+
+def _tensor(rows: np.ndarray):
+    torch, _ = _torch()
+    return torch.from_numpy(np.ascontiguousarray(rows)).long() if rows.dtype == np.uint8 else \
+        torch.from_numpy(np.ascontiguousarray(rows, np.float32))
+
+
+def predict(model, rows: np.ndarray, tokens: np.ndarray, *, batch: int = 64) -> np.ndarray:
+    """Predicted gains float32 (N, K) of N modules' tower rows under K pipelines' tokens int64 (K, L)."""
+    torch, _ = _torch()
+    model.eval()
+    out = np.zeros((len(rows), len(tokens)), np.float32)
+    with torch.inference_mode():
+        t = torch.from_numpy(tokens)
+        for start in range(0, len(rows), batch):
+            x = _tensor(rows[start:start + batch])
+            out[start:start + len(x)] = model(x, t).numpy() / GAIN_SCALE
+    return out
+
+
+def rank_correlations(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Spearman correlation per row float64 (N,) of predicted and measured gains (N, K); NaN for a row whose
+    measured gains are all equal (nothing to rank)."""
+    from scipy.stats import spearmanr
+
+    out = np.full(len(measured), np.nan)
+    for i, (p, m) in enumerate(zip(predicted, measured)):
+        if np.ptp(m) > 1e-9 and np.ptp(p) > 0:
+            out[i] = spearmanr(p, m).statistic
+        elif np.ptp(m) > 1e-9:
+            out[i] = 0.0
+    return out
+
+
+def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.ndarray, *,
+                 train_rows: Sequence[int], train_cols: Sequence[int], valid_rows: Sequence[int],
+                 valid_cols: Sequence[int], encoder=None, epochs: int = 30, steps_per_epoch: int = 60,
+                 module_batch: int = 32, pipeline_batch: int = 64, lr: float = 1e-3, seed: int = 0,
+                 progress: bool = False) -> FitResult:
+    """Train a behavior model on the cells ``train_rows`` x ``train_cols`` of ``gains`` float (N, K) and keep the
+    epoch whose mean per-module rank correlation on ``valid_rows`` x ``valid_cols`` is best.
+
+    Args:
+        rows: the tower's input rows for all N modules (:meth:`ModuleInputs.rows`).
+        tokens: int64 (K, L), :func:`pipeline_tokens` of the pool.
+        encoder: the encoder whose PQ-BERT the ``pqbert`` tower starts from.
+
+    Each step draws ``module_batch`` train modules and ``pipeline_batch`` train pipelines and fits the whole
+    block: squared error of the scaled gains, plus squared error after centering each module's row (what decides
+    the ranking within a module).
+    """
+    import time
+
+    from tqdm import tqdm
+    torch, nn = _torch()
+
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    train_rows, train_cols = np.asarray(train_rows), np.asarray(train_cols)
+    valid_rows, valid_cols = np.asarray(valid_rows), np.asarray(valid_cols)
+    input_dim = rows.shape[1] if rows.ndim == 2 else 0
+    model = build_model(tower, input_dim, encoder=encoder, seed=seed)
+    if rows.ndim == 2 and input_dim:
+        x = rows[train_rows].astype(np.float64)
+        model.module_tower.mean.copy_(torch.from_numpy(x.mean(0).astype(np.float32)))
+        scale = x.std(0)
+        model.module_tower.scale.copy_(torch.from_numpy(np.where(scale > 1e-6, scale, 1.0).astype(np.float32)))
+    encoder_params = list(model.module_tower.model.parameters()) if tower == "pqbert" else []
+    ids = {id(p) for p in encoder_params}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in ids], "lr": lr}]
+    if encoder_params:
+        groups.append({"params": encoder_params, "lr": lr / 10})
+    optimizer = torch.optim.AdamW(groups, weight_decay=1e-4)
+    y = torch.from_numpy(np.asarray(gains, np.float32) * GAIN_SCALE)
+    all_tokens = torch.from_numpy(tokens)
+    history, best, best_state, best_epoch = [], -np.inf, None, 0
+    bar = tqdm(range(epochs), disable=not progress, desc=f"behavior[{tower}]", unit="epoch")
+    for epoch in bar:
+        model.train()
+        losses = []
+        for _ in range(steps_per_epoch):
+            r = rng.choice(train_rows, min(module_batch, len(train_rows)), replace=False)
+            c = rng.choice(train_cols, min(pipeline_batch, len(train_cols)), replace=False)
+            pred = model(_tensor(rows[r]), all_tokens[c])
+            target = y[r][:, c]
+            centered = (pred - pred.mean(1, keepdim=True)) - (target - target.mean(1, keepdim=True))
+            loss = nn.functional.mse_loss(pred, target) + centered.pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        valid = predict(model, rows[valid_rows], tokens[valid_cols])
+        rho = float(np.nanmean(rank_correlations(valid, gains[np.ix_(valid_rows, valid_cols)])))
+        history.append({"epoch": epoch, "loss": float(np.mean(losses)), "valid_rho": rho})
+        bar.set_postfix(loss=f"{np.mean(losses):.3f}", rho=f"{rho:.3f}")
+        if rho > best:
+            best, best_epoch = rho, epoch
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return FitResult(tower, model, history, best_epoch, time.perf_counter() - started)
+
+
+def coverage_choice(predicted: np.ndarray, residuals: np.ndarray, count: int) -> List[int]:
+    """``count`` column indices chosen from predicted gains float (K,): each the one that most raises the expected
+    best gain (floored at 0, -Oz) over the scenarios ``predicted + residuals`` (residuals float (S, K), errors on
+    modules the model did not train on), then by predicted gain. The choice :class:`PipelineRanker` makes."""
+    scenarios = np.asarray(predicted, np.float32)[None, :] + np.asarray(residuals, np.float32)
+    best = np.zeros(len(scenarios), np.float32)
+    taken = np.zeros(scenarios.shape[1], bool)
+    chosen: List[int] = []
+    while len(chosen) < count and not taken.all():
+        raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)
+        raise_by[taken] = -1.0
+        i = int(raise_by.argmax())
+        if raise_by[i] <= 0.0:
+            break
+        chosen.append(i)
+        taken[i] = True
+        best = np.maximum(best, scenarios[:, i])
+    if len(chosen) < count:
+        chosen += [int(i) for i in np.argsort(-np.asarray(predicted), kind="stable") if not taken[i]][
+            :count - len(chosen)]
+    return chosen
+
+
+def bootstrap_interval(values: np.ndarray, *, draws: int = 2000, seed: int = 0, level: float = 0.95
+                       ) -> Tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` float (N,)."""
+    values = np.asarray(values, np.float64)
+    if len(values) == 0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), (draws, len(values)))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(low), float(high)
+
+
+def best_found(gains: np.ndarray, choices: Sequence[Sequence[int]]) -> np.ndarray:
+    """float64 (N,) best gain (at least 0: -Oz is always measured) among each module's chosen columns."""
+    return np.array([max(0.0, float(np.max(row[list(c)]))) if len(c) else 0.0 for row, c in zip(gains, choices)])
+
+
+def summarize(per_module: Dict[str, np.ndarray]) -> Dict[str, float]:
+    """Mean, and geometric-mean ratio ``exp(mean)``, of each array of per-module gains."""
+    return {name: {"mean_gain": float(np.mean(v)), "ratio": float(np.exp(np.mean(v)))} for name, v in
+            per_module.items()}
+
+
+# ------------------------------------------------------------------------------------------------------ evaluation
+
+#: Search budgets the guidance comparison reports (pipelines compiled per module).
+BUDGETS = (5, 10, 50)
+
+
+def load_inputs(corpus, shas: Sequence[str], encoder) -> ModuleInputs:
+    """The module towers' inputs for the modules among ``shas`` whose spectra for ``encoder``'s probe set are in
+    ``corpus`` (order of ``shas`` kept; the others left out)."""
+    table = corpus.modules(["sha256", "autophase"]).to_pydict()
+    by_sha = dict(zip(table["sha256"], table["autophase"]))
+    kept, spectra = corpus.spectra(encoder.probe_set, shas=[s for s in shas if s in by_sha])
+    autophase = np.array([by_sha[s] for s in kept], np.int64).reshape(-1, len(AUTOPHASE_FEATURES))
+    if not kept:
+        return ModuleInputs([], np.zeros((0, encoder.probe_set.num_probes, 56), np.float32), autophase)
+    return ModuleInputs(list(kept), np.asarray(spectra, np.float32), autophase,
+                        encoder.spectra_codes(spectra, autophase), count_tail(encoder, spectra, autophase))
+
+
+def module_vectors(model, rows: np.ndarray, *, batch: int = 64) -> np.ndarray:
+    """What a fitted model's module tower makes of N modules: float32 (N, H) PQ-BERT's pooled mean for the
+    ``pqbert`` tower (the embedding it would give), else the tower's output (N, d)."""
+    torch, _ = _torch()
+    model.eval()
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(rows), batch):
+            x = _tensor(rows[start:start + batch])
+            tower = model.module_tower
+            out.append((tower.model.embed(x.long(), "mean") if hasattr(tower, "model") else tower(x)).numpy())
+    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
+
+
+def probe_representations(representations: Dict[str, np.ndarray], target: np.ndarray, train: np.ndarray,
+                          test: np.ndarray, buckets: np.ndarray, *, k: int = 5) -> Dict[str, dict]:
+    """One simple head per representation, the fair way to judge what a representation holds: a ridge (penalty by
+    inner cross-validation) and a k-NN (k=5, standardized, Euclidean) regression of ``target`` float (N,),
+    fitted on rows ``train`` and scored on ``test`` (MAE, in ``target``'s units x 100, overall and by bucket)."""
+    from sklearn.linear_model import RidgeCV
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.preprocessing import StandardScaler
+
+    out = {}
+    for name, x in representations.items():
+        x = np.asarray(x, np.float64)
+        scaler = StandardScaler().fit(x[train])
+        xt, xs = scaler.transform(x[train]), scaler.transform(x[test])
+        ridge = RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(xt, target[train])
+        knn = KNeighborsRegressor(n_neighbors=k).fit(xt, target[train])
+        entry = {"dim": int(x.shape[1])}
+        for head, model in (("ridge", ridge), ("knn", knn)):
+            err = np.abs(model.predict(xs) - target[test]) * 100
+            entry[head] = float(err.mean())
+            entry[f"{head}_by_bucket"] = {b: float(err[buckets == b].mean()) for b in dict.fromkeys(buckets)}
+        out[name] = entry
+    return out
+
+
+def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, held_out: float = 0.2,
+                    seed: int = 0, epochs: int = 30, steps_per_epoch: int = 60, budgets: Sequence[int] = BUDGETS,
+                    progress: bool = False) -> dict:
+    """Fit a behavior model per module tower and compare them, and the rankers, on modules and pipelines they
+    did not train on.
+
+    ``data``: :class:`~behavioral_pq.tasks.guidance.ranker.RankerData` measured on modules of ``corpus``'s
+    train, valid and test splits. A random ``held_out`` share of the pool's pipelines is never trained on. Each
+    tower trains on train modules x the other pipelines and keeps the epoch best on valid modules x held-out
+    pipelines; it is then judged, once, on test modules:
+
+    - ``rank``: mean per-module Spearman correlation of predicted and measured gains over the held-out pipelines
+      (overall and by size bucket);
+    - ``guidance``: at each budget, the best gain found (at least -Oz's 0) among the pool pipelines chosen per
+      module (:func:`coverage_choice`, residuals from the valid modules), against the global ranking (a ranker
+      without module input fitted on the train modules) and the ridge ranker on the raw spectrum, with a
+      bootstrap interval of the per-module difference to the global ranking.
+    """
+    inputs = load_inputs(corpus, data.shas, encoder)
+    data = data.subset(inputs.shas)
+    gains = data.gains.astype(np.float64)                                          # (N, K)
+    index = {s: i for i, s in enumerate(inputs.shas)}
+    split = {name: np.array([index[s] for s in corpus.split(name) if s in index], np.int64)
+             for name in ("train", "valid", "test")}
+    for name, rows in split.items():
+        if len(rows) < 2:
+            raise ValueError(f"{len(rows)} measured modules with spectra in split {name!r}; need at least 2 "
+                             "(measure every split: bpq ranker measure STORE --split NAME --out DATA)")
+    k = len(data.pool)
+    rng = np.random.default_rng(seed)
+    cols = rng.permutation(k)
+    n_held = max(1, int(round(held_out * k)))
+    held_cols, train_cols = np.sort(cols[:n_held]), np.sort(cols[n_held:])
+    tokens = pipeline_tokens(data.pool)
+    sizes = corpus.modules(["sha256", "instruction_count"]).to_pydict()
+    count_of = dict(zip(sizes["sha256"], sizes["instruction_count"]))
+    test = split["test"]
+    buckets = np.array(size_buckets([count_of[inputs.shas[i]] for i in test]))
+    report = {"modules": {n: int(len(r)) for n, r in split.items()},
+              "pipelines": {"pool": k, "train": int(len(train_cols)), "held_out": int(len(held_cols))},
+              "buckets": {b: int((buckets == b).sum()) for b in BUCKET_NAMES if (buckets == b).any()},
+              "seed": seed, "epochs": epochs, "towers": {}, "guidance": {}}
+
+    def by_bucket(values: np.ndarray) -> Dict[str, float]:
+        return {b: float(np.nanmean(values[buckets == b])) for b in report["buckets"]}
+
+    choices: Dict[str, Dict[int, List[List[int]]]] = {}
+    learned: Dict[str, np.ndarray] = {}
+    for tower in towers:
+        rows = inputs.rows(tower)
+        fit = fit_behavior(tower, rows, gains, tokens, train_rows=split["train"], train_cols=train_cols,
+                           valid_rows=split["valid"], valid_cols=held_cols, encoder=encoder, epochs=epochs,
+                           steps_per_epoch=steps_per_epoch, seed=seed, progress=progress)
+        full_test = predict(fit.model, rows[test], tokens)                           # (T, K)
+        rho = rank_correlations(full_test[:, held_cols], gains[np.ix_(test, held_cols)])
+        residuals = gains[split["valid"]] - predict(fit.model, rows[split["valid"]], tokens)
+        report["towers"][tower] = {
+            "test_rho": float(np.nanmean(rho)), "test_rho_by_bucket": by_bucket(rho),
+            "valid_rho": float(max(h["valid_rho"] for h in fit.history)), "best_epoch": fit.best_epoch,
+            "seconds": round(fit.seconds, 1), "history": fit.history}
+        choices[tower] = {b: [coverage_choice(p, residuals, b) for p in full_test] for b in budgets}
+        if tower != "none":
+            learned[f"behavior {tower}"] = module_vectors(fit.model, rows)
+        logger.info("tower %s: test rho %.3f", tower, report["towers"][tower]["test_rho"])
+    col = {steps: j for j, steps in enumerate(data.pool)}
+    train_gains = gains[split["train"]]
+    glob = PipelineRanker.fit(np.zeros((len(split["train"]), 0)), train_gains, data.pool, "none", seed=seed)
+    spectrum_rows = inputs.rows("spectrum")
+    groups = corpus.split_groups()
+    ridge = PipelineRanker.fit(spectrum_rows[split["train"]], train_gains, data.pool, "spectrum",
+                               groups=[groups.get(inputs.shas[i], inputs.shas[i]) for i in split["train"]],
+                               seed=seed)
+    choices["global"] = {b: [[col[s] for s in glob.choose(None, b)]] * len(test) for b in budgets}
+    choices["ridge-spectrum"] = {b: [[col[s] for s in ridge.choose(spectrum_rows[i], b)] for i in test]
+                                 for b in budgets}
+    test_gains = gains[test]
+    oracle = np.maximum(test_gains.max(axis=1), 0.0)
+    for b in budgets:
+        found = {name: best_found(test_gains, c[b]) for name, c in choices.items()}
+        entry = {name: {"ratio": float(np.exp(v.mean())), "mean_gain": float(v.mean()),
+                        "by_bucket": {bk: float(np.exp(v[buckets == bk].mean())) for bk in report["buckets"]}}
+                 for name, v in found.items()}
+        for name, v in found.items():
+            if name != "global":
+                diff = v - found["global"]
+                entry[name]["vs_global"] = {"mean": float(diff.mean()),
+                                            "interval": list(bootstrap_interval(diff, seed=seed))}
+        entry["pool-best"] = {"ratio": float(np.exp(oracle.mean())), "mean_gain": float(oracle.mean())}
+        report["guidance"][str(b)] = entry
+    embedding = encoder.embed_spectra(inputs.spectra, inputs.autophase, batch_size=64)
+    hidden = encoder.model.config.hidden_size
+    representations = {"autophase": inputs.rows("autophase"), "raw spectrum": inputs.rows("spectrum"),
+                       "count tail": inputs.tail, "encoder mean": embedding[:, :hidden],
+                       f"shipped embedding ({encoder.pooling})": embedding}
+    representations.update(learned)
+    ic0 = np.array([max(count_of[s], 1) for s in inputs.shas], np.float64)
+    benefit = (ic0 - np.minimum(data.oz.astype(np.float64), ic0 * 10)) / ic0         # (IC0 - IC_Oz) / IC0
+    fit_rows = np.concatenate([split["train"], split["valid"]])
+    report["oz_benefit_probe"] = probe_representations(representations, benefit, fit_rows, test, buckets)
+    return report
+
+
+def behavior_markdown(report: dict) -> str:
+    """The report of :func:`evaluate_towers` for people."""
+    m, p = report["modules"], report["pipelines"]
+    lines = [f"Modules: train {m['train']}, valid {m['valid']}, test {m['test']} (split by program group). "
+             f"Pipelines: a pool of {p['pool']}, {p['held_out']} held out (never trained on). "
+             f"Seed {report['seed']}, at most {report['epochs']} epochs, the epoch kept by valid.", "",
+             "### Held-out modules x held-out pipelines: rank correlation (mean per-module Spearman)", ""]
+    buckets = list(report["buckets"])
+    lines.append("| module tower | valid | test | " + " | ".join(f"test {b} (n={report['buckets'][b]})"
+                                                            for b in buckets) + " | train seconds |")
+    lines.append("|---|---:|---:|" + "---:|" * len(buckets) + "---:|")
+    for tower, r in report["towers"].items():
+        lines.append(f"| {tower} | {r['valid_rho']:.3f} | {r['test_rho']:.3f} | "
+                     + " | ".join(f"{r['test_rho_by_bucket'][b]:.3f}" for b in buckets) + f" | {r['seconds']:.0f} |")
+    lines += ["", "### Guidance on test modules: best IC_Oz / IC found among the budget's picks (geomean)", ""]
+    budgets = list(report["guidance"])
+    names = [n for n in report["guidance"][budgets[0]] if n != "pool-best"]
+    lines.append("| choice | " + " | ".join(f"budget {b}" for b in budgets)
+                 + " | " + " | ".join(f"vs global, budget {b} (95% bootstrap)" for b in budgets) + " |")
+    lines.append("|---|" + "---:|" * (2 * len(budgets)))
+    for name in names:
+        cells = [f"{report['guidance'][b][name]['ratio']:.4f}" for b in budgets]
+        diffs = []
+        for b in budgets:
+            v = report["guidance"][b][name].get("vs_global")
+            diffs.append("(baseline)" if v is None else
+                         f"{v['mean']:+.4f} [{v['interval'][0]:+.4f}, {v['interval'][1]:+.4f}]")
+        lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
+    lines.append("| best in pool | " + " | ".join(f"{report['guidance'][b]['pool-best']['ratio']:.4f}"
+                                                 for b in budgets) + " |" + " |" * len(budgets))
+    probe = report.get("oz_benefit_probe")
+    if probe:
+        lines += ["", "### -Oz benefit, one simple head per representation (test MAE in points; fitted on train + "
+                  "valid)", ""]
+        lines.append("| representation | dims | ridge | k-NN (k=5) | " + " | ".join(f"ridge {b}" for b in buckets)
+                     + " |")
+        lines.append("|---|---:|---:|---:|" + "---:|" * len(buckets))
+        for name, r in probe.items():
+            lines.append(f"| {name} | {r['dim']} | {r['ridge']:.2f} | {r['knn']:.2f} | "
+                         + " | ".join(f"{r['ridge_by_bucket'].get(b, float('nan')):.2f}" for b in buckets) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(report: dict, path) -> None:
+    """Training curves: each tower's valid rank correlation by epoch, written to ``path`` (PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for tower, r in report["towers"].items():
+        ax.plot([h["epoch"] for h in r["history"]], [h["valid_rho"] for h in r["history"]], label=tower)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("valid: mean per-module Spearman, held-out pipelines")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
