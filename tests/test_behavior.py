@@ -118,11 +118,11 @@ def behavior_store(tmp_path_factory):
 def test_cli_behavior_compares_towers_and_writes_report_and_curves(behavior_store, capsys):
     out = behavior_store / "report"
     code, stdout, err = bpq_main(capsys, "ranker", "behavior", behavior_store / "data", "--corpus",
-                                 behavior_store / "store", "--out", out, "--towers", "pqbert,counts,none",
+                                 behavior_store / "store", "--out", out, "--towers", "pqbert,pqbert+counts,counts,none",
                                  "--epochs", "2", "--steps", "3", "--threads", "1", "--held-out", "0.25")
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
-    assert set(report["towers"]) == {"pqbert", "counts", "none"}
+    assert set(report["towers"]) == {"pqbert", "pqbert+counts", "counts", "none"}
     assert report["pipelines"] == {"pool": len(TINY_POOL), "train": 6, "held_out": 2}
     assert sum(report["modules"].values()) == 24 and min(report["modules"].values()) >= 2
     for tower in report["towers"].values():
@@ -135,7 +135,8 @@ def test_cli_behavior_compares_towers_and_writes_report_and_curves(behavior_stor
     probe = report["oz_benefit_probe"]
     assert {"autophase", "raw spectrum", "count tail", "encoder mean", "behavior pqbert", "behavior counts"} \
         <= set(probe) and "behavior none" not in probe
-    assert probe["count tail"]["dim"] == 200 and probe["behavior pqbert"]["dim"] == 224
+    assert probe["count tail"]["dim"] == 200
+    assert probe["behavior pqbert"]["dim"] == probe["behavior pqbert+counts"]["dim"] == 224
     assert all(r["ridge"] >= 0 and r["knn"] >= 0 for r in probe.values())
     assert (out / "curves.png").stat().st_size > 1000
     assert "rank correlation" in (out / "report.md").read_text() and "budget 50" in stdout

@@ -32,8 +32,9 @@ from behavioral_pq.tasks.guidance.ranker import PipelineRanker, representation_r
 
 logger = logging.getLogger(__name__)
 
-#: Module towers, in the order reports list them. ``none`` reads nothing of the module: a global ranking.
-TOWERS = ("pqbert", "spectrum", "counts", "autophase", "none")
+#: Module towers, in the order reports list them. ``pqbert+counts`` reads what the shipped embedding is made of
+#: (PQ-BERT's pooled mean and the count tail); ``none`` reads nothing of the module: a global ranking.
+TOWERS = ("pqbert", "pqbert+counts", "spectrum", "counts", "autophase", "none")
 #: Pipeline tokens: padding, the whole-pipeline steps (-Oz, -O3, ...), then the catalog passes.
 VOCABULARY: Tuple[str, ...] = ("<pad>",) + tuple(f"-{name}" for name in BASELINES) + tuple(p.flag for p in PASSES)
 TOKEN = {flag: i for i, flag in enumerate(VOCABULARY)}
@@ -90,11 +91,15 @@ class ModuleInputs:
 
     def rows(self, tower: str) -> np.ndarray:
         """The tower's input rows: float32 (N, D) for an MLP tower, uint8 codes (N, P, M) for ``pqbert``,
-        (N, 0) for ``none``."""
-        if tower == "pqbert":
+        float32 (N, P M + 8 P) codes then count tail for ``pqbert+counts``, (N, 0) for ``none``."""
+        if tower in ("pqbert", "pqbert+counts"):
             if self.codes is None:
-                raise ValueError("the pqbert tower needs the encoder's codes (ModuleInputs.codes)")
-            return self.codes
+                raise ValueError(f"the {tower} tower needs the encoder's codes (ModuleInputs.codes)")
+            if tower == "pqbert":
+                return self.codes
+            if self.tail is None:
+                raise ValueError("the pqbert+counts tower needs the count tail (ModuleInputs.tail)")
+            return np.concatenate([self.codes.reshape(len(self.codes), -1).astype(np.float32), self.tail], axis=1)
         if tower == "spectrum":
             return representation_rows("spectrum", spectra=self.spectra, autophase=self.autophase)
         if tower == "counts":
@@ -139,13 +144,31 @@ def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, se
             return self.vector.expand(x.shape[0], -1)
 
     class PQBertTower(nn.Module):
-        def __init__(self, model):
+        """PQ-BERT's pooled mean, projected; with ``tail`` > 0 the rows are codes (P M values) then a count tail
+        of ``tail`` values, standardized and projected beside it."""
+
+        def __init__(self, model, tail: int = 0):
             super().__init__()
             self.model = model
+            self.tail = tail
             self.out = nn.Linear(model.config.hidden_size, width)
+            if tail:
+                self.register_buffer("mean", torch.zeros(tail))
+                self.register_buffer("scale", torch.ones(tail))
+                self.tail_out = nn.Linear(tail, width)
 
-        def forward(self, codes):                                                    # (B, P, M) -> (B, d)
-            return self.out(self.model.embed(codes.long(), "mean"))
+        def embed(self, x):                                                          # (B, H)
+            if not self.tail:
+                return self.model.embed(x.long(), "mean")
+            c = self.model.config
+            codes = x[:, :-self.tail].long().view(x.shape[0], -1, c.num_subspaces)
+            return self.model.embed(codes, "mean")
+
+        def forward(self, x):                                                        # -> (B, d)
+            m = self.out(self.embed(x))
+            if self.tail:
+                m = m + self.tail_out((x[:, -self.tail:] - self.mean) / self.scale)
+            return m
 
     class PipelineTower(nn.Module):
         def __init__(self):
@@ -167,10 +190,12 @@ def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, se
     class BehaviorModel(nn.Module):
         def __init__(self):
             super().__init__()
-            if tower == "pqbert":
+            if tower in ("pqbert", "pqbert+counts"):
                 if encoder is None:
-                    raise ValueError("the pqbert tower starts from an encoder's PQ-BERT: give encoder=")
-                self.module_tower = PQBertTower(copy.deepcopy(encoder.model).train())
+                    raise ValueError(f"the {tower} tower starts from an encoder's PQ-BERT: give encoder=")
+                tail = input_dim - encoder.model.config.num_probes * encoder.model.config.num_subspaces \
+                    if tower == "pqbert+counts" else 0
+                self.module_tower = PQBertTower(copy.deepcopy(encoder.model).train(), tail)
             elif tower == "none":
                 self.module_tower = ConstantTower()
             else:
@@ -262,12 +287,18 @@ def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.nda
     valid_rows, valid_cols = np.asarray(valid_rows), np.asarray(valid_cols)
     input_dim = rows.shape[1] if rows.ndim == 2 else 0
     model = build_model(tower, input_dim, encoder=encoder, seed=seed)
-    if rows.ndim == 2 and input_dim:
+    standardized = getattr(model.module_tower, "tail", None)
+    if standardized:
+        x = rows[train_rows][:, -standardized:].astype(np.float64)
+    elif rows.ndim == 2 and input_dim and hasattr(model.module_tower, "mean"):
         x = rows[train_rows].astype(np.float64)
+    else:
+        x = None
+    if x is not None:
         model.module_tower.mean.copy_(torch.from_numpy(x.mean(0).astype(np.float32)))
         scale = x.std(0)
         model.module_tower.scale.copy_(torch.from_numpy(np.where(scale > 1e-6, scale, 1.0).astype(np.float32)))
-    encoder_params = list(model.module_tower.model.parameters()) if tower == "pqbert" else []
+    encoder_params = list(model.module_tower.model.parameters()) if tower.startswith("pqbert") else []
     ids = {id(p) for p in encoder_params}
     groups = [{"params": [p for p in model.parameters() if id(p) not in ids], "lr": lr}]
     if encoder_params:
@@ -372,7 +403,7 @@ def load_inputs(corpus, shas: Sequence[str], encoder) -> ModuleInputs:
 
 def module_vectors(model, rows: np.ndarray, *, batch: int = 64) -> np.ndarray:
     """What a fitted model's module tower makes of N modules: float32 (N, H) PQ-BERT's pooled mean for the
-    ``pqbert`` tower (the embedding it would give), else the tower's output (N, d)."""
+    PQ-BERT towers (the embedding's mean part it would give), else the tower's output (N, d)."""
     torch, _ = _torch()
     model.eval()
     out = []
@@ -380,7 +411,7 @@ def module_vectors(model, rows: np.ndarray, *, batch: int = 64) -> np.ndarray:
         for start in range(0, len(rows), batch):
             x = _tensor(rows[start:start + batch])
             tower = model.module_tower
-            out.append((tower.model.embed(x.long(), "mean") if hasattr(tower, "model") else tower(x)).numpy())
+            out.append((tower.embed(x) if hasattr(tower, "model") else tower(x)).numpy())
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
 
 
