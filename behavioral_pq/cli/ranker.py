@@ -34,7 +34,8 @@ folder: cells of rows written before searches left -lowerinvoke and -loweratomic
 (deepen does the same).
 fit predicts each pipeline's gain over -Oz from the module's representation (a ridge per pipeline,
 the penalty chosen by cross-validation over the store's split groups, so that a project is held out whole).
-behavior trains a module x pipeline model per module tower (PQ-BERT, raw spectrum, count tail, Autophase, none)
+behavior trains a module x pipeline model per module tower (PQ-BERT, PQ-BERT and count tail, raw spectrum, count
+tail, Autophase, none)
 on rows of every split (measure --split train, valid and test into one DATA) and compares them on test modules
 and pipelines none trained on:
   bpq corpus spectra store/
@@ -453,8 +454,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--corpus", required=True, metavar="STORE", help="the store the rows were measured on (its "
                                                                        "splits and spectra)")
     b.add_argument("--out", required=True, metavar="DIR", help="report folder (report.md, report.json, curves.png)")
-    b.add_argument("--towers", metavar="LIST", help="comma-separated module towers (default: "
-                                                   "pqbert,spectrum,counts,autophase,none)")
+    b.add_argument("--towers", metavar="LIST", help="comma-separated module towers (default: all of "
+                                                   "pqbert,pqbert+counts,spectrum,counts,autophase,none)")
     b.add_argument("--objective", choices=("ir-count", "text-size"), default=None,
                    help="the objective the rows must be of (default: whichever they are of)")
     b.add_argument("--held-out", type=float, default=0.2, metavar="SHARE",
