@@ -119,7 +119,8 @@ def test_cli_behavior_compares_towers_and_writes_report_and_curves(behavior_stor
     out = behavior_store / "report"
     code, stdout, err = bpq_main(capsys, "ranker", "behavior", behavior_store / "data", "--corpus",
                                  behavior_store / "store", "--out", out, "--towers", "pqbert,pqbert+counts,counts,none",
-                                 "--epochs", "2", "--steps", "3", "--threads", "1", "--held-out", "0.25")
+                                 "--epochs", "2", "--steps", "3", "--threads", "1", "--held-out", "0.25",
+                                 "--searches", "3")
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
     assert set(report["towers"]) == {"pqbert", "pqbert+counts", "counts", "none"}
@@ -138,6 +139,11 @@ def test_cli_behavior_compares_towers_and_writes_report_and_curves(behavior_stor
     assert probe["count tail"]["dim"] == 200
     assert probe["behavior pqbert"]["dim"] == probe["behavior pqbert+counts"]["dim"] == 224
     assert all(r["ridge"] >= 0 and r["knn"] >= 0 for r in probe.values())
+    searches = report["searches"]
+    assert searches["tower"] in report["towers"] and searches["modules"] == 3
+    for budget in ("10", "50"):
+        assert set(searches[budget]) == {"global + local", "behavior + local", "behavior + guided"}
+        assert all(r["ratio"] >= 1.0 - 1e-9 for r in searches[budget].values())
     assert (out / "curves.png").stat().st_size > 1000
     assert "rank correlation" in (out / "report.md").read_text() and "budget 50" in stdout
 
@@ -149,3 +155,33 @@ def test_cli_behavior_refuses_unknown_towers_and_empty_data(behavior_store, caps
     code, _, err = bpq_main(capsys, "ranker", "behavior", tmp_path / "nothing", "--corpus",
                             behavior_store / "store", "--out", tmp_path / "r")
     assert code != 0 and "pool.json" in err
+
+
+class _PrefersGvn(torch.nn.Module):
+    """A stand-in model that scores a pipeline by how many -gvn steps it holds (whatever the module)."""
+
+    def forward(self, modules, tokens):
+        score = (tokens == TOKEN["-gvn"]).float().sum(1)                           # (K,)
+        return score[None, :].expand(modules.shape[0], -1) * 10
+
+
+def test_guided_local_search_compiles_what_the_model_ranks_first_within_the_budget(engine):
+    import random as stdlib_random
+
+    import behavioral_pq as bpq
+    from conftest import EXAMPLES
+
+    from behavioral_pq.tasks.guidance.behavior import guided_local_search
+    from behavioral_pq.tasks.guidance.trials import Trials
+
+    module = bpq.load_module(EXAMPLES / "matmul.c")
+    trials = Trials(module, engine, 9)
+    trials.run([("-sroa",)], "start")
+    guided_local_search(trials, _PrefersGvn(), np.zeros(0, np.float32), ("-sroa",), stdlib_random.Random(0),
+                        ["-gvn", "-dce", "-sroa"], batch=4)
+    assert trials.compilations == 9
+    searched = [s for s, origin in trials.origin.items() if origin == "guided local search"]
+    assert len(searched) == 8 and len(set(searched)) == 8
+    # one edit of (-sroa,) can hold -gvn three ways; the model ranks those first, so they are compiled first
+    assert set(searched[:3]) == {("-sroa", "-gvn"), ("-gvn",), ("-gvn", "-sroa")}
+    assert not any("-gvn" in s for s in searched[3:])

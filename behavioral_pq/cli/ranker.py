@@ -333,6 +333,8 @@ def cmd_behavior(args) -> int:
         raise ValueError(f"unknown tower(s) {', '.join(unknown)}; choose from {', '.join(TOWERS)}")
     if args.epochs < 1 or args.steps < 1:
         raise ValueError("--epochs and --steps must be >= 1")
+    if args.searches < 0:
+        raise ValueError(f"--searches must be >= 0, got {args.searches}")
     if not 0 < args.held_out < 1:
         raise ValueError(f"--held-out must be between 0 and 1, got {args.held_out}")
     out = check_output_folder(args.out)
@@ -343,7 +345,7 @@ def cmd_behavior(args) -> int:
         torch.set_num_threads(args.threads)
     report = evaluate_towers(data, Corpus(args.corpus), _encoder(args), towers=towers, held_out=args.held_out,
                              seed=args.seed, epochs=args.epochs, steps_per_epoch=args.steps,
-                             progress=not args.json)
+                             searches=args.searches, progress=not args.json)
     report.update(data=str(args.data), store=str(args.corpus), objective=data.objective)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -462,6 +464,10 @@ def add_parsers(sub) -> None:
                    help="share of the pool's pipelines never trained on (default 0.2)")
     b.add_argument("--epochs", type=int, default=30, help="training epochs per tower (default 30)")
     b.add_argument("--steps", type=int, default=60, help="optimizer steps per epoch (default 60)")
+    b.add_argument("--searches", type=int, default=0, metavar="N",
+                   help="also run real searches (budgets 10 and 50) on N test modules with the tower best on valid: "
+                        "its picks then random or model-guided local search, against the global ranking's picks "
+                        "then random local search (default 0: none)")
     b.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     b.add_argument("--checkpoint", metavar="DIR", help="encoder: its probe set's spectra, its PQ-BERT for the pqbert "
                                                        "tower (default: the shipped one)")

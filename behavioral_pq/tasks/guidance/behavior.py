@@ -26,9 +26,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from behavioral_pq.core.catalog import BASELINES, PASSES
+from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_buckets
+from behavioral_pq.tasks.guidance.library import OZ, Steps, mutate_steps
 from behavioral_pq.tasks.guidance.ranker import PipelineRanker, representation_rows
+from behavioral_pq.tasks.guidance.recommend import _local_search
+from behavioral_pq.tasks.guidance.trials import Trials
 
 logger = logging.getLogger(__name__)
 
@@ -442,7 +446,7 @@ def probe_representations(representations: Dict[str, np.ndarray], target: np.nda
 
 def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, held_out: float = 0.2,
                     seed: int = 0, epochs: int = 30, steps_per_epoch: int = 60, budgets: Sequence[int] = BUDGETS,
-                    progress: bool = False) -> dict:
+                    searches: int = 0, progress: bool = False) -> dict:
     """Fit a behavior model per module tower and compare them, and the rankers, on modules and pipelines they
     did not train on.
 
@@ -456,7 +460,9 @@ def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, he
     - ``guidance``: at each budget, the best gain found (at least -Oz's 0) among the pool pipelines chosen per
       module (:func:`coverage_choice`, residuals from the valid modules), against the global ranking (a ranker
       without module input fitted on the train modules) and the ridge ranker on the raw spectrum, with a
-      bootstrap interval of the per-module difference to the global ranking.
+      bootstrap interval of the per-module difference to the global ranking;
+    - ``searches`` > 0: real searches (:func:`compare_searches`) on that many test modules with the tower best on
+      valid, against the shipped shape of search (global ranking, then random local search).
     """
     inputs = load_inputs(corpus, data.shas, encoder)
     data = data.subset(inputs.shas)
@@ -488,6 +494,7 @@ def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, he
 
     choices: Dict[str, Dict[int, List[List[int]]]] = {}
     learned: Dict[str, np.ndarray] = {}
+    fitted: Dict[str, tuple] = {}
     for tower in towers:
         rows = inputs.rows(tower)
         fit = fit_behavior(tower, rows, gains, tokens, train_rows=split["train"], train_cols=train_cols,
@@ -503,6 +510,7 @@ def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, he
         choices[tower] = {b: [coverage_choice(p, residuals, b) for p in full_test] for b in budgets}
         if tower != "none":
             learned[f"behavior {tower}"] = module_vectors(fit.model, rows)
+        fitted[tower] = (fit.model, residuals, rows)
         logger.info("tower %s: test rho %.3f", tower, report["towers"][tower]["test_rho"])
     col = {steps: j for j, steps in enumerate(data.pool)}
     train_gains = gains[split["train"]]
@@ -539,6 +547,16 @@ def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, he
     benefit = (ic0 - np.minimum(data.oz.astype(np.float64), ic0 * 10)) / ic0         # (IC0 - IC_Oz) / IC0
     fit_rows = np.concatenate([split["train"], split["valid"]])
     report["oz_benefit_probe"] = probe_representations(representations, benefit, fit_rows, test, buckets)
+    if searches > 0:
+        chosen = max(report["towers"], key=lambda t: report["towers"][t]["valid_rho"])
+        model, residuals, rows = fitted[chosen]
+        keep = test[np.sort(np.random.default_rng(seed).permutation(len(test))[:searches])]
+        wanted = {inputs.shas[i] for i in keep}
+        by_sha = {m.sha256: m for m in corpus.iter_modules(only=wanted)}
+        keep = np.array([i for i in keep if inputs.shas[i] in by_sha], np.int64)
+        report["searches"] = {"tower": chosen, "modules": int(len(keep)),
+                              **compare_searches([by_sha[inputs.shas[i]] for i in keep], rows[keep], model,
+                                                 data.pool, residuals, glob, seed=seed, progress=progress)}
     return report
 
 
@@ -572,6 +590,22 @@ def behavior_markdown(report: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
     lines.append("| best in pool | " + " | ".join(f"{report['guidance'][b]['pool-best']['ratio']:.4f}"
                                                  for b in budgets) + " |" + " |" * len(budgets))
+    searches = report.get("searches")
+    if searches:
+        budgets_s = [b for b in searches if b not in ("tower", "modules")]
+        lines += ["", f"### Real searches on {searches['modules']} test modules (compiled; the {searches['tower']} "
+                  "tower, best on valid)", "",
+                  "| search | " + " | ".join(f"budget {b}" for b in budgets_s) + " | "
+                  + " | ".join(f"vs shipped, budget {b} (95% bootstrap)" for b in budgets_s) + " |",
+                  "|---|" + "---:|" * (2 * len(budgets_s))]
+        for name in searches[budgets_s[0]]:
+            cells = [f"{searches[b][name]['ratio']:.4f}" for b in budgets_s]
+            diffs = []
+            for b in budgets_s:
+                v = searches[b][name].get("vs_shipped")
+                diffs.append("(shipped shape)" if v is None else
+                             f"{v['mean']:+.4f} [{v['interval'][0]:+.4f}, {v['interval'][1]:+.4f}]")
+            lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
     probe = report.get("oz_benefit_probe")
     if probe:
         lines += ["", "### -Oz benefit, one simple head per representation (test MAE in points; fitted on train + "
@@ -600,3 +634,78 @@ def plot_curves(report: dict, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------- guided local search
+
+#: Mutations of the best pipeline found that the model scores per compiled batch in a model-guided local search.
+GUIDED_CANDIDATES = 256
+
+
+def guided_local_search(trials, model, row: np.ndarray, start: Steps, rng, vocabulary: Sequence[str], *,
+                        candidates: int = GUIDED_CANDIDATES, batch: int = 4) -> None:
+    """Spend what is left of ``trials``' budget as a local search around the best pipeline found (``start`` while
+    -Oz leads) in which ``model`` chooses: each round draws ``candidates`` random edits of it, scores them for
+    the module of tower row ``row`` and compiles the ``batch`` best not measured yet."""
+    stalls = 0
+    while trials.left > 0 and stalls < 50:
+        best = trials.best()[0]
+        base = start if best == (OZ,) else best
+        pool = list(dict.fromkeys(mutate_steps(base, rng, vocabulary) for _ in range(candidates)))
+        pool = [s for s in pool if s not in trials.counts]
+        if not pool:
+            stalls += 1
+            continue
+        scores = predict(model, row[None], pipeline_tokens(pool))[0]
+        order = np.argsort(-scores, kind="stable")[:min(trials.left, batch)]
+        before = trials.compilations
+        if not trials.run([pool[i] for i in order], "guided local search"):
+            return
+        stalls = stalls + 1 if trials.compilations == before else 0
+
+
+def compare_searches(modules: Sequence, rows: np.ndarray, model, pool: Sequence[Steps], residuals: np.ndarray,
+                     global_ranker, *, budgets: Sequence[int] = (10, 50), share: float = 0.6, engine=None,
+                     seed: int = 0, progress: bool = False) -> dict:
+    """Real searches on ``modules`` (compiled, not looked up), per budget: the shipped shape (the global
+    ranking's picks for ``share`` of the budget, then random local search) against the behavior model's picks
+    (:func:`coverage_choice` over ``pool``, ``residuals`` float (S, K)) followed by random local search, and
+    followed by :func:`guided_local_search`. ``rows``: the model's tower rows of the modules. Returns per
+    budget and strategy the geomean IC_Oz / IC, and each strategy's per-module difference to the shipped shape
+    (mean, 95% bootstrap interval)."""
+    import random
+
+    from tqdm import tqdm
+
+    engine = engine or default_engine()
+    out: Dict[str, dict] = {}
+    strategies = ("global + local", "behavior + local", "behavior + guided")
+    for budget in budgets:
+        picks = max(1, int(round(budget * share)))
+        gains = {name: [] for name in strategies}
+        for i, module in enumerate(tqdm(modules, disable=not progress, desc=f"searches, budget {budget}",
+                                        unit="module")):
+            predicted = predict(model, rows[i:i + 1], pipeline_tokens(pool))[0]
+            behavior_picks = [tuple(pool[j]) for j in coverage_choice(predicted, residuals, picks)]
+            for name in strategies:
+                trials = Trials(module, engine, budget)
+                chosen = global_ranker.choose(None, picks) if name.startswith("global") else behavior_picks
+                trials.run(chosen, name.split(" + ")[0])
+                rng = random.Random(f"{seed}:{module.sha256}")
+                vocabulary = sorted({x for s in chosen for x in s if x != OZ})
+                start = chosen[0] if chosen else (OZ,)
+                if name.endswith("guided"):
+                    guided_local_search(trials, model, rows[i], start, rng, vocabulary)
+                else:
+                    _local_search(trials, start, rng, vocabulary)
+                gains[name].append(math.log(max(trials.oz_count, 1) / max(trials.best()[1], 1)))
+        entry = {}
+        base = np.array(gains["global + local"])
+        for name in strategies:
+            v = np.array(gains[name])
+            entry[name] = {"ratio": float(np.exp(v.mean())), "mean_gain": float(v.mean())}
+            if name != "global + local":
+                entry[name]["vs_shipped"] = {"mean": float((v - base).mean()),
+                                             "interval": list(bootstrap_interval(v - base, seed=seed))}
+        out[str(budget)] = entry
+    return out
