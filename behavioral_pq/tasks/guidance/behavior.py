@@ -44,6 +44,8 @@ VOCABULARY: Tuple[str, ...] = ("<pad>",) + tuple(f"-{name}" for name in BASELINE
 TOKEN = {flag: i for i, flag in enumerate(VOCABULARY)}
 #: A pipeline's steps past this many are not read (the pools' longest pipeline has 173).
 MAX_STEPS = 256
+#: Upper bounds of the pipeline-length groups the pipeline tower encodes separately (the last is MAX_STEPS).
+LENGTH_GROUPS = (4, 16, 48, MAX_STEPS)
 #: Gains are scaled by this inside the model, so its outputs are of order one.
 GAIN_SCALE = 10.0
 
@@ -184,12 +186,30 @@ def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, se
             self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
             self.norm = nn.LayerNorm(width)
 
-        def forward(self, tokens):                                                   # (K, L) -> (K, d)
+        def encode(self, tokens):                                                    # (K, L) -> (K, d)
             pad = tokens == 0
             x = self.tokens(tokens) + self.positions.weight[:tokens.shape[1]]
             x = self.norm(self.encoder(x, src_key_padding_mask=pad))
             keep = (~pad).unsqueeze(-1).float()
             return (x * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+
+        def forward(self, tokens):                                                   # (K, L) -> (K, d)
+            """Pipelines grouped by length (:data:`LENGTH_GROUPS`), each group cut to its longest: a pool's few
+            long pipelines would otherwise make every short one cost as much as they do."""
+            lengths = (tokens != 0).sum(1)
+            out = None
+            low = 0
+            for high in LENGTH_GROUPS:
+                rows = torch.nonzero((lengths > low) & (lengths <= high) if low else lengths <= high).squeeze(1)
+                low = high
+                if rows.numel() == 0:
+                    continue
+                part = tokens[rows][:, :max(1, int(lengths[rows].max()))]
+                encoded = self.encode(part)
+                if out is None:
+                    out = encoded.new_zeros(tokens.shape[0], encoded.shape[1])
+                out = out.index_copy(0, rows, encoded)
+            return out
 
     class BehaviorModel(nn.Module):
         def __init__(self):
