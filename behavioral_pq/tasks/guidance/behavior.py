@@ -649,7 +649,8 @@ def plot_curves(report: dict, path) -> None:
     for tower, r in report["towers"].items():
         ax.plot([h["epoch"] for h in r["history"]], [h["valid_rho"] for h in r["history"]], label=tower)
     ax.set_xlabel("epoch")
-    ax.set_ylabel("valid: mean per-module Spearman, held-out pipelines")
+    ax.set_ylabel("valid rank correlation")
+    ax.set_title("mean per-module Spearman, held-out pipelines", fontsize=10)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
