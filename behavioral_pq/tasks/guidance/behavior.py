@@ -30,7 +30,7 @@ from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_buckets
 from behavioral_pq.tasks.guidance.library import OZ, Steps, mutate_steps
-from behavioral_pq.tasks.guidance.ranker import PipelineRanker, representation_rows
+from behavioral_pq.tasks.guidance.ranker import PipelineRanker, coverage_choice, representation_rows
 from behavioral_pq.tasks.guidance.recommend import _local_search
 from behavioral_pq.tasks.guidance.trials import Trials
 
@@ -358,29 +358,6 @@ def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.nda
         model.load_state_dict(best_state)
     model.eval()
     return FitResult(tower, model, history, best_epoch, time.perf_counter() - started)
-
-
-def coverage_choice(predicted: np.ndarray, residuals: np.ndarray, count: int) -> List[int]:
-    """``count`` column indices chosen from predicted gains float (K,): each the one that most raises the expected
-    best gain (floored at 0, -Oz) over the scenarios ``predicted + residuals`` (residuals float (S, K), errors on
-    modules the model did not train on), then by predicted gain. The choice :class:`PipelineRanker` makes."""
-    scenarios = np.asarray(predicted, np.float32)[None, :] + np.asarray(residuals, np.float32)
-    best = np.zeros(len(scenarios), np.float32)
-    taken = np.zeros(scenarios.shape[1], bool)
-    chosen: List[int] = []
-    while len(chosen) < count and not taken.all():
-        raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)
-        raise_by[taken] = -1.0
-        i = int(raise_by.argmax())
-        if raise_by[i] <= 0.0:
-            break
-        chosen.append(i)
-        taken[i] = True
-        best = np.maximum(best, scenarios[:, i])
-    if len(chosen) < count:
-        chosen += [int(i) for i in np.argsort(-np.asarray(predicted), kind="stable") if not taken[i]][
-            :count - len(chosen)]
-    return chosen
 
 
 def bootstrap_interval(values: np.ndarray, *, draws: int = 2000, seed: int = 0, level: float = 0.95

@@ -411,6 +411,33 @@ def check_ranker(ranker, encoder) -> None:
 
 # --------------------------------------------------------------------------------------------------------- model
 
+def coverage_choice(predicted: np.ndarray, residuals: np.ndarray, count: int, *, taken: Optional[np.ndarray] = None,
+                    found: Optional[np.ndarray] = None) -> List[int]:
+    """``count`` column indices chosen from predicted gains float (K,): each the one that most raises the expected
+    best gain (floored at 0, -Oz) over the scenarios ``predicted + residuals`` (residuals float (S, K), errors on
+    modules the predictor did not train on); once none raises it, the rest by predicted gain. ``taken`` bool (K,):
+    columns not to choose; ``found`` bool (K,): columns measured already, whose gains count as found."""
+    predicted = np.asarray(predicted, np.float32)
+    scenarios = predicted[None, :] + np.asarray(residuals, np.float32)                 # (S, K)
+    best = np.zeros(len(scenarios), np.float32)
+    taken = np.zeros(len(predicted), bool) if taken is None else np.array(taken, bool)
+    if found is not None and np.any(found):
+        best = np.maximum(best, scenarios[:, np.asarray(found, bool)].max(axis=1))
+    chosen: List[int] = []
+    while len(chosen) < count and not taken.all():
+        raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)
+        raise_by[taken] = -1.0
+        i = int(raise_by.argmax())
+        if raise_by[i] <= 0.0:
+            break
+        chosen.append(i)
+        taken[i] = True
+        best = np.maximum(best, scenarios[:, i])
+    if len(chosen) < count:
+        chosen += [int(i) for i in np.argsort(-predicted, kind="stable") if not taken[i]][:count - len(chosen)]
+    return chosen
+
+
 class PipelineRanker:
     """Predicted gains of a pool of pipelines on a module, and a diverse choice of the ones to try.
 
@@ -536,28 +563,11 @@ class PipelineRanker:
         text-size search's -Os and Oz-outline) are not chosen either, and what they gain counts as found, so the
         choice complements them. Once no pipeline raises the expectation, the rest follow by predicted gain."""
         predicted = self.scores(row)
-        scenarios = predicted[None, :] + self.residuals                                 # (S, K)
-        best = np.zeros(len(scenarios), np.float32)
-        taken = np.zeros(len(self.pool), bool)
         excluded = {tuple(s) for s in exclude}
         done = {tuple(s) for s in measured}
-        for i, s in enumerate(self.pool):
-            taken[i] = s in excluded or s in done
-            if s in done:
-                best = np.maximum(best, scenarios[:, i])
-        chosen: List[int] = []
-        while len(chosen) < count and not taken.all():
-            raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)
-            raise_by[taken] = -1.0
-            i = int(raise_by.argmax())
-            if raise_by[i] <= 0.0:
-                break
-            chosen.append(i)
-            taken[i] = True
-            best = np.maximum(best, scenarios[:, i])
-        if len(chosen) < count:
-            rest = [i for i in np.argsort(-predicted, kind="stable") if not taken[i]]
-            chosen += rest[:count - len(chosen)]
+        chosen = coverage_choice(predicted, self.residuals, count,
+                                 taken=np.array([s in excluded or s in done for s in self.pool], bool),
+                                 found=np.array([s in done for s in self.pool], bool))
         return [self.pool[i] for i in chosen]
 
     # ------------------------------------------------------------------------------------------------- storage
