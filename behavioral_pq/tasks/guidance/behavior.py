@@ -678,13 +678,13 @@ def compare_searches(modules: Sequence, rows: np.ndarray, model, pool: Sequence[
     engine = engine or default_engine()
     out: Dict[str, dict] = {}
     strategies = ("global + local", "behavior + local", "behavior + guided")
+    predictions = predict(model, rows, pipeline_tokens(pool))                          # (N, K), once
     for budget in budgets:
         picks = max(1, int(round(budget * share)))
         gains = {name: [] for name in strategies}
         for i, module in enumerate(tqdm(modules, disable=not progress, desc=f"searches, budget {budget}",
                                         unit="module")):
-            predicted = predict(model, rows[i:i + 1], pipeline_tokens(pool))[0]
-            behavior_picks = [tuple(pool[j]) for j in coverage_choice(predicted, residuals, picks)]
+            behavior_picks = [tuple(pool[j]) for j in coverage_choice(predictions[i], residuals, picks)]
             for name in strategies:
                 trials = Trials(module, engine, budget)
                 chosen = global_ranker.choose(None, picks) if name.startswith("global") else behavior_picks
