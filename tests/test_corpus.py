@@ -421,6 +421,23 @@ def test_label_job_fills_in_missing_labels(sources, tmp_path):
         [bpq.optimize(bpq.load_module(EXAMPLES / "matmul.c"), "Oz").instruction_count]
 
 
+def test_label_command_labels_only_the_modules_under_the_size_limit(sources, tmp_path):
+    from behavioral_pq.cli.main import main
+
+    items = [i for i in discover([sources], origin="tests")
+             if Path(i.sources[0]).name in ("matmul.c", "sum_array.c")]
+    build_corpus(items, tmp_path / "s", workers=1, labels=False)
+    sizes = {bpq.load_module(EXAMPLES / n).sha256: bpq.load_module(EXAMPLES / n).instruction_count
+             for n in ("matmul.c", "sum_array.c")}
+    limit = min(sizes.values())                                     # sum_array's size: matmul is larger
+    assert main(["corpus", "label", str(tmp_path / "s"), "--max-instructions", str(limit), "--workers", "1",
+                 "-q"]) == 0
+    labelled = Corpus(tmp_path / "s").labels().column("sha256").to_pylist()
+    assert labelled == [s for s, n in sizes.items() if n <= limit]
+    assert main(["corpus", "label", str(tmp_path / "s"), "--workers", "1", "-q"]) == 0   # the rest, resumed
+    assert sorted(Corpus(tmp_path / "s").labels().column("sha256").to_pylist()) == sorted(sizes)
+
+
 def test_corrupt_or_missing_shards_are_named(store, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(store[0], copy)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import shlex
 import sys
+from typing import Optional
 
 from behavioral_pq.cli.common import check_output_folder
 
@@ -141,18 +142,9 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_label(args) -> int:
-    from behavioral_pq.corpus import label_corpus
-
-    with _executor(args) as executor:
-        summary = label_corpus(args.store, executor=executor, workers=args.workers, timeout=args.timeout,
-                               progress=not args.quiet, flush_seconds=args.flush_seconds)
-    _print_summary(f"labels -> {args.store}", summary, args.json, job="labels")
-    return 0
-
-
-def cmd_spectra(args) -> int:
-    from behavioral_pq.corpus import Corpus, compute_spectra
+def _narrowed(args) -> Optional[set]:
+    """The module hashes that --split, --kind, --max-instructions and --sample choose (None: every module)."""
+    from behavioral_pq.corpus import Corpus
 
     corpus = Corpus(args.store)
     only = set(corpus.split(args.split)) if args.split else None
@@ -164,6 +156,23 @@ def cmd_spectra(args) -> int:
 
             only = random.Random(args.sample_seed).sample(only, args.sample)
         only = set(only)
+    return only
+
+
+def cmd_label(args) -> int:
+    from behavioral_pq.corpus import label_corpus
+
+    with _executor(args) as executor:
+        summary = label_corpus(args.store, executor=executor, workers=args.workers, timeout=args.timeout,
+                               progress=not args.quiet, flush_seconds=args.flush_seconds, only=_narrowed(args))
+    _print_summary(f"labels -> {args.store}", summary, args.json, job="labels")
+    return 0
+
+
+def cmd_spectra(args) -> int:
+    from behavioral_pq.corpus import compute_spectra
+
+    only = _narrowed(args)
     with _executor(args) as executor:
         summary = compute_spectra(args.store, args.probes, executor=executor, workers=args.workers,
                                   timeout=args.timeout, progress=not args.quiet, only=only,
@@ -287,6 +296,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _narrowing(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split", metavar="NAME", help="only the modules of this split")
+    p.add_argument("--kind", choices=("small", "real"), help="only small programs or only real ones (projects)")
+    p.add_argument("--max-instructions", type=int, metavar="N", help="only modules of at most N instructions")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="only N of the chosen modules, drawn with --sample-seed (the same store and arguments "
+                        "give the same draw, so a killed job resumes)")
+    p.add_argument("--sample-seed", type=int, default=0, metavar="S", help="seed of --sample (default 0)")
+
+
 def _jobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: the CPUs)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://host:8786")
@@ -362,19 +381,14 @@ def add_parsers(sub) -> None:
 
     p = csub.add_parser("label", help="compute labels for stored modules that have none")
     p.add_argument("store", metavar="STORE")
+    _narrowing(p)
     _jobs(p)
     p.set_defaults(func=cmd_label)
 
     p = csub.add_parser("spectra", help="measure and store spectra for a probe set")
     p.add_argument("store", metavar="STORE")
     p.add_argument("--probes", metavar="F", help="probe-set JSON (default: the package's)")
-    p.add_argument("--split", metavar="NAME", help="only the modules of this split")
-    p.add_argument("--kind", choices=("small", "real"), help="only small programs or only real ones (projects)")
-    p.add_argument("--max-instructions", type=int, metavar="N", help="only modules of at most N instructions")
-    p.add_argument("--sample", type=int, metavar="N",
-                   help="only N of the chosen modules, drawn with --sample-seed (the same store and arguments "
-                        "give the same draw, so a killed job resumes)")
-    p.add_argument("--sample-seed", type=int, default=0, metavar="S", help="seed of --sample (default 0)")
+    _narrowing(p)
     _jobs(p)
     p.set_defaults(func=cmd_spectra)
 

@@ -471,12 +471,18 @@ def _stored_modules(corpus: CorpusStore, skip: Set[str], only: Optional[Set[str]
 
 def label_corpus(store: os.PathLike, *, executor: Optional[Executor] = None, workers: Optional[int] = None,
                  chunk_size: int = DEFAULT_CHUNK, timeout: float = 60.0, progress: bool = False,
-                 shard_rows: int = DEFAULT_SHARD_ROWS, flush_seconds: float = DEFAULT_FLUSH_SECONDS) -> JobSummary:
-    """Compute labels for every stored module that has none yet (resumable like a build)."""
+                 shard_rows: int = DEFAULT_SHARD_ROWS, flush_seconds: float = DEFAULT_FLUSH_SECONDS,
+                 only: Optional[Set[str]] = None) -> JobSummary:
+    """Compute labels for every stored module that has none yet (resumable like a build).
+
+    Args:
+        only: restrict to these module hashes (e.g. one split, or the modules under a size limit).
+    """
     start = time.perf_counter()
     corpus = _open_for_writing(store)
     have = corpus.keys("labels")
-    todo_count = len(corpus.keys("modules") - have)
+    wanted = corpus.keys("modules") if only is None else corpus.keys("modules") & set(only)
+    todo_count = len(wanted - have)
     summary = JobSummary(total=todo_count)
     writer = _Writer(corpus, shard_rows, flush_seconds)
 
@@ -495,7 +501,7 @@ def label_corpus(store: os.PathLike, *, executor: Optional[Executor] = None, wor
                            for sha, _ in chunk]}
 
     bar = _bar(todo_count, "labels", progress)
-    _run_job(executor, workers, label_task, _chunks(_stored_modules(corpus, have), chunk_size),
+    _run_job(executor, workers, label_task, _chunks(_stored_modules(corpus, have, wanted), chunk_size),
              (str(corpus.path), JobOptions(timeout=timeout)), on_result, on_lost, bar, writer)
     summary.seconds = time.perf_counter() - start
     return summary
