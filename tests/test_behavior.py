@@ -24,7 +24,7 @@ from behavioral_pq.tasks.guidance.behavior import (
     predict,
     rank_correlations,
 )
-from behavioral_pq.tasks.guidance.ranker import measure_pool_rows
+from behavioral_pq.tasks.guidance.ranker import PipelineRanker, measure_pool_rows, outcome_weights
 
 
 def test_pipeline_tokens_keep_order_pad_with_zero_and_refuse_unknown_steps():
@@ -87,6 +87,32 @@ def test_coverage_choice_prefers_a_complement_to_a_copy():
     assert coverage_choice(predicted, residuals, 2) == [0, 2]
     assert coverage_choice(predicted, residuals, 4)[:2] == [0, 2] and sorted(coverage_choice(predicted, residuals, 4)) \
         == [0, 1, 2, 3]
+
+
+def test_outcome_weights_favour_the_scenarios_that_reacted_alike():
+    scenarios = np.array([[0.10, 0.00], [0.10, 0.01], [-0.20, 0.30]])
+    w = outcome_weights(scenarios, np.array([0.10, 0.00]), bandwidth=0.01, floor=0.0)
+    assert w.sum() == pytest.approx(1.0) and w[0] > w[1] > w[2] and w[2] < 1e-6
+    w = outcome_weights(scenarios, np.array([0.10, 0.00]), bandwidth=0.01, floor=0.3)
+    assert w.min() >= 0.1 - 1e-12                                   # the floor keeps every scenario possible
+    assert np.allclose(outcome_weights(scenarios[:, :0], np.zeros(0)), 1 / 3)
+    with pytest.raises(ValueError, match="disagree"):
+        outcome_weights(scenarios, np.zeros(3))
+
+
+def test_a_ranker_told_the_first_outcome_chooses_what_helped_modules_that_reacted_alike():
+    # two kinds of module: on kind A pipeline 0 gains a little and pipeline 1 much; on kind B pipeline 0 loses
+    # and pipeline 2 gains much. Pipeline 0 is what both kinds share best, so it comes first.
+    pool = [("-sroa",), ("-gvn",), ("-licm",), ("-dce",)]
+    kind_a, kind_b = [0.05, 0.20, 0.00, 0.0], [-0.02, 0.00, 0.15, 0.0]
+    gains = np.array([kind_a, kind_b] * 20) + np.random.default_rng(0).normal(0, 0.002, (40, 4))
+    gains[:, 0] += 0.1                                              # pipeline 0 is the global first pick
+    ranker = PipelineRanker.fit(np.zeros((40, 0)), gains, pool, "none")
+    first = ranker.choose(None, 1)
+    assert first == [pool[0]]
+    assert ranker.choose(None, 1, outcomes={pool[0]: 0.15}) == [pool[1]]       # reacted like kind A
+    assert ranker.choose(None, 1, outcomes={pool[0]: 0.08}) == [pool[2]]       # reacted like kind B
+    assert pool[0] not in ranker.choose(None, 3, outcomes={pool[0]: 0.15})     # measured: not chosen again
 
 
 def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_data():

@@ -32,6 +32,7 @@ from behavioral_pq.tasks.guidance import (
 from behavioral_pq.tasks.guidance.build import deepen_pool
 from behavioral_pq.tasks.guidance.coreset import measure_pool, oz_suffixes
 import behavioral_pq.tasks.guidance.ranker as ranker_module
+import behavioral_pq.tasks.guidance.recommend as recommend_module
 from behavioral_pq.tasks.guidance.ranker import (
     GAIN_FLOOR,
     PipelineRanker,
@@ -254,7 +255,17 @@ def tiny_ranker(tmp_path_factory, examples):
     return ranker
 
 
-def test_recommend_spends_the_budget_on_the_rankers_picks_first(tiny_ranker, engine, examples):
+def rounds_of(ranker, row, found, picks: int, size: int = 2) -> list:
+    """The ranker's first ``picks`` in rounds of ``size``, each told the outcomes ``found`` measured before it."""
+    counts = dict(found.tried)
+    chosen: list = []
+    while len(chosen) < picks:
+        outcomes = {s: math.log(found.oz_count / counts[s]) for s in chosen} or None
+        chosen += ranker.choose(row, min(size, picks - len(chosen)), measured=[OZ, *chosen], outcomes=outcomes)
+    return chosen
+
+
+def test_recommend_spends_the_budget_on_the_rankers_picks_first(tiny_ranker, engine, examples, monkeypatch):
     module = examples["matmul"]
     row = representation_rows("autophase", autophase=autophase(module)[None])[0]
     picks = tiny_ranker.choose(row, 4)                              # round(6 * RANKED_SHARE)
@@ -264,6 +275,15 @@ def test_recommend_spends_the_budget_on_the_rankers_picks_first(tiny_ranker, eng
     assert found.instruction_count <= found.oz_count
     tried = [steps for steps, _ in found.tried]
     assert tried[:4] == picks and len(tried) == 6
+    # in rounds of 2, the second round is chosen knowing the first's outcomes
+    monkeypatch.setattr(recommend_module, "RANKED_ROUND", 2)
+    found = recommend_pipeline(module, 6, ranker=tiny_ranker.path, engine=engine)
+    tried = [steps for steps, _ in found.tried]
+    assert tried[:2] == picks[:2] and len(tried) == 6
+    counts = dict(found.tried)
+    outcomes = {s: math.log(found.oz_count / counts[s]) for s in tried[:2]}
+    assert tried[2:4] == tiny_ranker.choose(row, 2, measured=[OZ, *tried[:2]], outcomes=outcomes)
+    assert tried[:4] == rounds_of(tiny_ranker, row, found, 4)
     assert found.instruction_count == min([found.oz_count] + [c for _, c in found.tried if c is not None])
     assert bpq.optimize(module, found.pipeline, engine=engine).instruction_count == found.instruction_count
     with pytest.raises(ValueError, match="ir-count"):

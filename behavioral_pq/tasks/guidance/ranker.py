@@ -25,7 +25,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -81,6 +81,10 @@ RIDGE_GRID = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 CV_TOP = 30
 #: Scenarios drawn for the greedy choice (out-of-fold error rows of the train modules).
 SCENARIOS = 512
+#: Outcome-conditioned choice (:func:`outcome_weights`): kernel bandwidth on the mean squared gain difference, and
+#: the share of uniform weight kept; chosen on the valid modules (BENCHMARKS, "A sequential choice").
+OUTCOME_BANDWIDTH = 0.005
+OUTCOME_FLOOR = 0.3
 #: Every library program's best pipeline kept in the pool, at most.
 LIBRARY_BEST = 200
 #: Random edits of each coreset pipeline added to the pool.
@@ -411,21 +415,49 @@ def check_ranker(ranker, encoder) -> None:
 
 # --------------------------------------------------------------------------------------------------------- model
 
+def outcome_weights(scenarios: np.ndarray, outcomes: np.ndarray, *, bandwidth: float = OUTCOME_BANDWIDTH,
+                    floor: float = OUTCOME_FLOOR) -> np.ndarray:
+    """Weights float64 (S,) of scenarios float (S, m) given a module's measured gains ``outcomes`` float (m,) on
+    the same m pipelines: a Gaussian kernel of ``bandwidth`` on the mean squared difference (scenarios that
+    reacted to those pipelines as the module did weigh most), mixed with ``floor`` of uniform weight so that no
+    scenario is ever ruled out. No outcomes (m = 0): uniform weights."""
+    scenarios = np.asarray(scenarios, np.float64)
+    outcomes = np.asarray(outcomes, np.float64).reshape(-1)
+    if scenarios.ndim != 2 or scenarios.shape[1] != len(outcomes):
+        raise ValueError(f"scenarios {scenarios.shape} and outcomes {outcomes.shape} disagree")
+    if not bandwidth > 0 or not 0.0 <= floor <= 1.0:
+        raise ValueError(f"need bandwidth > 0 and floor in [0, 1], got {bandwidth} and {floor}")
+    uniform = np.full(len(scenarios), 1.0 / max(len(scenarios), 1))
+    if len(outcomes) == 0 or len(scenarios) == 0:
+        return uniform
+    distance = ((scenarios - outcomes[None, :]) ** 2).mean(axis=1)
+    kernel = np.exp(-(distance - distance.min()) / (2.0 * bandwidth * bandwidth))
+    return (1.0 - floor) * kernel / kernel.sum() + floor * uniform
+
+
 def coverage_choice(predicted: np.ndarray, residuals: np.ndarray, count: int, *, taken: Optional[np.ndarray] = None,
-                    found: Optional[np.ndarray] = None) -> List[int]:
+                    found: Optional[np.ndarray] = None, weights: Optional[np.ndarray] = None) -> List[int]:
     """``count`` column indices chosen from predicted gains float (K,): each the one that most raises the expected
     best gain (floored at 0, -Oz) over the scenarios ``predicted + residuals`` (residuals float (S, K), errors on
     modules the predictor did not train on); once none raises it, the rest by predicted gain. ``taken`` bool (K,):
-    columns not to choose; ``found`` bool (K,): columns measured already, whose gains count as found."""
+    columns not to choose; ``found`` bool (K,): columns measured already, whose gains count as found; ``weights``
+    float (S,): the scenarios' weights in the expectation and in the order of the rest (their weighted mean gain
+    instead of ``predicted``; default: equal weights; see :func:`outcome_weights`)."""
     predicted = np.asarray(predicted, np.float32)
     scenarios = predicted[None, :] + np.asarray(residuals, np.float32)                 # (S, K)
     best = np.zeros(len(scenarios), np.float32)
     taken = np.zeros(len(predicted), bool) if taken is None else np.array(taken, bool)
+    if weights is not None:
+        weights = np.asarray(weights, np.float64).reshape(-1)
+        if weights.shape != (len(scenarios),) or not np.isfinite(weights).all() or weights.sum() <= 0:
+            raise ValueError(f"weights must be {len(scenarios)} finite values with a positive sum")
+        weights = (weights / weights.sum()).astype(np.float32)
     if found is not None and np.any(found):
         best = np.maximum(best, scenarios[:, np.asarray(found, bool)].max(axis=1))
     chosen: List[int] = []
     while len(chosen) < count and not taken.all():
-        raise_by = np.maximum(scenarios - best[:, None], 0.0).mean(axis=0)
+        excess = np.maximum(scenarios - best[:, None], 0.0)
+        raise_by = excess.mean(axis=0) if weights is None else weights @ excess
         raise_by[taken] = -1.0
         i = int(raise_by.argmax())
         if raise_by[i] <= 0.0:
@@ -434,7 +466,8 @@ def coverage_choice(predicted: np.ndarray, residuals: np.ndarray, count: int, *,
         taken[i] = True
         best = np.maximum(best, scenarios[:, i])
     if len(chosen) < count:
-        chosen += [int(i) for i in np.argsort(-predicted, kind="stable") if not taken[i]][:count - len(chosen)]
+        order = predicted if weights is None else weights @ scenarios
+        chosen += [int(i) for i in np.argsort(-order, kind="stable") if not taken[i]][:count - len(chosen)]
     return chosen
 
 
@@ -556,18 +589,33 @@ class PipelineRanker:
         return scores
 
     def choose(self, row: Optional[np.ndarray], count: int, *, exclude: Iterable[Steps] = (),
-               measured: Iterable[Steps] = ()) -> List[Steps]:
+               measured: Iterable[Steps] = (), outcomes: Optional[Mapping[Steps, float]] = None) -> List[Steps]:
         """``count`` pool pipelines to try on the module of ``row``, in order: each the one that most raises the
         expected best gain (floored at 0, -Oz being always measured) over scenarios ``scores + residuals``.
         Pipelines in ``exclude`` are not chosen; those in ``measured`` (tried on the module already, such as a
         text-size search's -Os and Oz-outline) are not chosen either, and what they gain counts as found, so the
-        choice complements them. Once no pipeline raises the expectation, the rest follow by predicted gain."""
+        choice complements them. Once no pipeline raises the expectation, the rest follow by predicted gain.
+
+        ``outcomes``: the module's measured gains (log of -Oz's value over the pipeline's) of pool pipelines tried
+        already. They count as measured, and they weigh the scenarios (:func:`outcome_weights`): the choice leans
+        to what helped the modules that reacted to those pipelines as this one did. Called after each round of
+        measurements, this makes the search sequential (see ``recommend_pipeline``)."""
         predicted = self.scores(row)
         excluded = {tuple(s) for s in exclude}
         done = {tuple(s) for s in measured}
+        weights = None
+        if outcomes:
+            column = {s: j for j, s in enumerate(self.pool)}
+            known = [(column[tuple(s)], float(g)) for s, g in outcomes.items()
+                     if tuple(s) in column and g is not None and np.isfinite(g)]
+            done |= {self.pool[j] for j, _ in known}
+            if known:
+                cols = np.array([j for j, _ in known])
+                scenarios = predicted[None, cols] + self.residuals[:, cols]
+                weights = outcome_weights(scenarios, np.array([g for _, g in known]))
         chosen = coverage_choice(predicted, self.residuals, count,
                                  taken=np.array([s in excluded or s in done for s in self.pool], bool),
-                                 found=np.array([s in done for s in self.pool], bool))
+                                 found=np.array([s in done for s in self.pool], bool), weights=weights)
         return [self.pool[i] for i in chosen]
 
     # ------------------------------------------------------------------------------------------------- storage
