@@ -13,7 +13,8 @@ test modules:
 - ``searches`` (compiled, ``--searches`` test modules): ``recommend_pipeline`` with that ranker at each budget, its
   picks measured in one batch (the shape before rounds) or in rounds, then the same local search.
 
-Each line gives the per-module difference to the one-ranking choice with a 95% bootstrap interval, overall and by
+The curves of budget against gain (1 to the largest budget, in the pool) go to the ``--out`` file's name with
+``.png``. Each line gives the per-module difference to the one-ranking choice with a 95% bootstrap interval, overall and by
 size bucket. Valid is where a setting is chosen; test is read once.
 """
 
@@ -30,25 +31,52 @@ import common  # noqa: E402
 
 
 def in_pool(ranker, gains: np.ndarray, budgets, round_size: int) -> dict:
-    """Best gain found per module float (N,) for each choice and budget, from the measured ``gains`` (N, K)."""
+    """Best gain found per module float (N,) for each choice and budget, from the measured ``gains`` (N, K).
+
+    Each module's sequence is chosen once, for the largest budget: a round's picks are greedy one at a time for
+    the same weights, so a smaller budget's choice is its prefix."""
     col = {tuple(p): j for j, p in enumerate(ranker.pool)}
+    top = max(budgets)
+    fixed = np.array([col[p] for p in ranker.choose(None, top)])
+    sequences = []
+    for row in gains:
+        chosen = []
+        while len(chosen) < top:
+            outcomes = {p: float(row[col[p]]) for p in chosen} or None
+            batch = ranker.choose(None, min(round_size, top - len(chosen)), outcomes=outcomes, exclude=chosen)
+            if not batch:
+                break
+            chosen += batch
+        sequences.append([col[p] for p in chosen])
+    sequences = np.array(sequences)                                             # (N, top)
     out = {}
     for budget in budgets:
-        fixed = [col[p] for p in ranker.choose(None, budget)]
-        glob = np.maximum(gains[:, fixed].max(axis=1), 0.0)
-        seq = []
-        for row in gains:
-            chosen = []
-            while len(chosen) < budget:
-                outcomes = {p: float(row[col[p]]) for p in chosen} or None
-                batch = ranker.choose(None, min(round_size, budget - len(chosen)), outcomes=outcomes,
-                                      exclude=chosen)
-                if not batch:
-                    break
-                chosen += batch
-            seq.append(max(0.0, float(row[[col[p] for p in chosen]].max())))
-        out[budget] = {"global": glob, "sequential": np.array(seq)}
+        out[budget] = {"global": np.maximum(gains[:, fixed[:budget]].max(axis=1), 0.0),
+                       "sequential": np.maximum(np.take_along_axis(gains, sequences[:, :budget], 1).max(axis=1),
+                                                0.0)}
     return out
+
+
+def plot_curves(curves: dict, path) -> None:
+    """Budget against geomean IC_Oz / IC per split: one ranking, rounds, and the pool's best per module."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.8), sharey=True)
+    for ax, (name, c) in zip(np.atleast_1d(axes), curves.items()):
+        ax.plot(c["budgets"], c["global"], label="one ranking (global)")
+        ax.plot(c["budgets"], c["sequential"], label="rounds of 2, told the module's outcomes")
+        ax.axhline(c["pool_best"], color="gray", linestyle="--", label="pool's best per module")
+        ax.set_title(f"{name} modules ({c['modules']})")
+        ax.set_xlabel("pool pipelines tried (budget)")
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("geomean IC_Oz / IC of the best found")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def summary(found: dict, buckets: np.ndarray, seed: int) -> dict:
@@ -97,10 +125,17 @@ def main() -> None:
                                 seed=args.seed)
     report = {"store": args.store, "data": args.data, "pool": len(data.pool), "round": args.round,
               "modules": {n: int(len(r)) for n, r in split.items()}, "in_pool": {}, "machine": common.machine()}
+    report["curves"] = {}
     for name in ("valid", "test"):
         rows = split[name]
         buckets = np.array(size_buckets([count_of[data.shas[i]] for i in rows]))
-        report["in_pool"][name] = summary(in_pool(ranker, gains[rows], budgets, args.round), buckets, args.seed)
+        steps = sorted(set(range(1, max(budgets) + 1)))
+        found = in_pool(ranker, gains[rows], steps, args.round)
+        report["curves"][name] = {"budgets": steps, "modules": int(len(rows)),
+                                  "global": [math.exp(found[b]["global"].mean()) for b in steps],
+                                  "sequential": [math.exp(found[b]["sequential"].mean()) for b in steps],
+                                  "pool_best": math.exp(np.maximum(gains[rows].max(axis=1), 0.0).mean())}
+        report["in_pool"][name] = summary({b: found[b] for b in budgets}, buckets, args.seed)
         for b, entry in report["in_pool"][name].items():
             print(f"in pool, {name}, budget {b}: global {entry['global']:.4f}, sequential {entry['sequential']:.4f}, "
                   f"{entry['diff']:+.4f} [{entry['interval'][0]:+.4f}, {entry['interval'][1]:+.4f}]", flush=True)
@@ -127,7 +162,9 @@ def main() -> None:
             print(f"searches, budget {b}: batch {entry['global']:.4f}, rounds {entry['sequential']:.4f}, "
                   f"{entry['diff']:+.4f} [{entry['interval'][0]:+.4f}, {entry['interval'][1]:+.4f}]")
     common.write_json(args.out, report)
-    print("wrote", args.out)
+    figure = Path(args.out).with_suffix(".png")
+    plot_curves(report["curves"], figure)
+    print("wrote", args.out, "and", figure)
 
 
 if __name__ == "__main__":
