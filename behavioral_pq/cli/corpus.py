@@ -146,6 +146,8 @@ def _narrowed(args) -> Optional[set]:
     """The module hashes that --split, --kind, --max-instructions and --sample choose (None: every module)."""
     from behavioral_pq.corpus import Corpus
 
+    if not (args.split or args.kind or args.max_instructions is not None or args.sample is not None):
+        return None                                    # no flag: the job reads the store itself, once
     corpus = Corpus(args.store)
     only = set(corpus.split(args.split)) if args.split else None
     if args.kind or args.max_instructions is not None or args.sample is not None:
