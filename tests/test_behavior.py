@@ -80,6 +80,42 @@ def test_a_module_tower_learns_what_no_module_input_cannot_on_unseen_pipelines()
     assert [h["epoch"] for h in read.history] == list(range(6)) and 0 <= read.best_epoch < 6
 
 
+def test_pqbert_objectives_start_from_and_change_the_weights_they_say():
+    torch.set_num_threads(1)
+    encoder = load_encoder()
+    shipped = {k: v.clone() for k, v in encoder.model.state_dict().items()}
+    c = encoder.model.config
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 256, (12, c.num_probes, c.num_subspaces)).astype(np.uint8)
+    pool, _, _ = _interaction_data(n=12, k=12)
+    gains = rng.normal(0, 0.05, (12, 12)).astype(np.float32)
+    split = dict(train_rows=range(8), train_cols=range(8), valid_rows=range(8, 12), valid_cols=range(8, 12))
+
+    def tower_weights(tower, steps):
+        fit = fit_behavior(tower, codes, gains, pipeline_tokens(pool), encoder=encoder, epochs=1,
+                           steps_per_epoch=steps, device="cpu", **split)
+        assert next(fit.model.parameters()).device.type == "cpu"
+        return fit.model.module_tower.model.state_dict()
+
+    def moved(state, names):
+        return [k for k in names if not torch.equal(state[k], shipped[k])]
+
+    def largest_change(state):
+        return max(float((state[k] - shipped[k]).abs().max()) for k in layers)
+
+    layers = [k for k in shipped if k.startswith("encoder.")]                  # the Transformer's layers
+    heads = [k for k in shipped if k.startswith("heads.")]
+    assert layers and heads
+    assert moved(tower_weights("pqbert-frozen", 3), shipped) == []             # masked codes only: fixed
+    tuned = tower_weights("pqbert", 2)
+    assert largest_change(tower_weights("pqbert-scratch", 1)) > 0.05 > 0.01 > largest_change(tuned)  # a fresh start
+    joint = tower_weights("pqbert-joint", 2)
+    assert moved(tuned, layers) and moved(joint, layers)
+    assert moved(tuned, heads) == []                                           # the masked-code heads learn only
+    assert moved(joint, heads)                                                 # when their loss is in the sum
+    assert all(torch.equal(v, shipped[k]) for k, v in encoder.model.state_dict().items())   # the encoder untouched
+
+
 def test_coverage_choice_prefers_a_complement_to_a_copy():
     predicted = np.array([0.10, 0.10, 0.09, 0.0])
     # columns 0 and 1 win together, column 2 wins where they lose
@@ -181,6 +217,13 @@ def test_cli_behavior_refuses_unknown_towers_and_empty_data(behavior_store, caps
     code, _, err = bpq_main(capsys, "ranker", "behavior", tmp_path / "nothing", "--corpus",
                             behavior_store / "store", "--out", tmp_path / "r")
     assert code != 0 and "pool.json" in err
+    code, _, err = bpq_main(capsys, "ranker", "behavior", behavior_store / "data", "--corpus",
+                            behavior_store / "store", "--out", tmp_path / "r", "--towers", "pqbert-joint,gnn")
+    assert code != 0 and "gnn" in err and "pqbert-scratch" in err        # the objectives are named as choices
+    if not torch.cuda.is_available():
+        code, _, err = bpq_main(capsys, "ranker", "behavior", behavior_store / "data", "--corpus",
+                                behavior_store / "store", "--out", tmp_path / "r", "--device", "cuda")
+        assert code != 0 and "no CUDA device" in err
 
 
 class _PrefersGvn(torch.nn.Module):

@@ -323,14 +323,17 @@ def cmd_behavior(args) -> int:
     import torch
 
     from behavioral_pq.corpus.reader import Corpus
-    from behavioral_pq.tasks.guidance.behavior import (TOWERS, behavior_markdown, evaluate_towers,
-                                                      plot_curves)
+    from behavioral_pq.tasks.guidance.behavior import (PQBERT_OBJECTIVES, TOWERS, behavior_markdown,
+                                                      evaluate_towers, plot_curves)
     from behavioral_pq.tasks.guidance.ranker import RankerError, load_ranker_data
 
     towers = args.towers.split(",") if args.towers else list(TOWERS)
-    unknown = [t for t in towers if t not in TOWERS]
+    known = tuple(dict.fromkeys(TOWERS + PQBERT_OBJECTIVES))
+    unknown = [t for t in towers if t not in known]
     if unknown:
-        raise ValueError(f"unknown tower(s) {', '.join(unknown)}; choose from {', '.join(TOWERS)}")
+        raise ValueError(f"unknown tower(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    if args.device and args.device != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: no CUDA device is visible to torch here")
     if args.epochs < 1 or args.steps < 1:
         raise ValueError("--epochs and --steps must be >= 1")
     if args.searches < 0:
@@ -345,7 +348,7 @@ def cmd_behavior(args) -> int:
         torch.set_num_threads(args.threads)
     report = evaluate_towers(data, Corpus(args.corpus), _encoder(args), towers=towers, held_out=args.held_out,
                              seed=args.seed, epochs=args.epochs, steps_per_epoch=args.steps,
-                             searches=args.searches, progress=not args.json)
+                             searches=args.searches, device=args.device, progress=not args.json)
     report.update(data=str(args.data), store=str(args.corpus), objective=data.objective)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -457,7 +460,10 @@ def add_parsers(sub) -> None:
                                                                        "splits and spectra)")
     b.add_argument("--out", required=True, metavar="DIR", help="report folder (report.md, report.json, curves.png)")
     b.add_argument("--towers", metavar="LIST", help="comma-separated module towers (default: all of "
-                                                   "pqbert,pqbert+counts,spectrum,counts,autophase,none)")
+                                                   "pqbert,pqbert+counts,spectrum,counts,autophase,none); "
+                                                   "PQ-BERT by pretraining objective: pqbert-frozen (masked codes "
+                                                   "only), pqbert (masked, then behavior), pqbert-scratch "
+                                                   "(behavior only), pqbert-joint (masked and behavior together)")
     b.add_argument("--objective", choices=("ir-count", "text-size"), default=None,
                    help="the objective the rows must be of (default: whichever they are of)")
     b.add_argument("--held-out", type=float, default=0.2, metavar="SHARE",
@@ -469,6 +475,7 @@ def add_parsers(sub) -> None:
                         "its picks then random or model-guided local search, against the global ranking's picks "
                         "then random local search (default 0: none)")
     b.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    b.add_argument("--device", default=None, help="where the towers train, e.g. cuda (default: the CPU)")
     b.add_argument("--checkpoint", metavar="DIR", help="encoder: its probe set's spectra, its PQ-BERT for the pqbert "
                                                        "tower (default: the shipped one)")
     b.add_argument("--seed", type=int, default=0, help="seed of the held-out pipelines and the training (default 0)")

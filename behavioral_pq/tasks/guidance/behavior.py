@@ -17,15 +17,13 @@ Shapes: N modules, K pipelines, P probes, L tokens per pipeline (at most :data:`
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from behavioral_pq.core.catalog import BASELINES, PASSES
 from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_buckets
@@ -33,37 +31,24 @@ from behavioral_pq.tasks.guidance.library import OZ, Steps, mutate_steps
 from behavioral_pq.tasks.guidance.ranker import PipelineRanker, coverage_choice, representation_rows
 from behavioral_pq.tasks.guidance.recommend import _local_search
 from behavioral_pq.tasks.guidance.trials import Trials
+from behavioral_pq.training.behavior_model import (  # noqa: F401  (the model's names, as this module always gave them)
+    GAIN_SCALE,
+    LENGTH_GROUPS,
+    MAX_STEPS,
+    PQBERT_OBJECTIVES,
+    TOKEN,
+    TOWERS,
+    VOCABULARY,
+    FitResult,
+    build_model,
+    fit_behavior,
+    module_vectors,
+    pipeline_tokens,
+    predict,
+    rank_correlations,
+)
 
 logger = logging.getLogger(__name__)
-
-#: Module towers, in the order reports list them. ``pqbert+counts`` reads what the shipped embedding is made of
-#: (PQ-BERT's pooled mean and the count tail); ``none`` reads nothing of the module: a global ranking.
-TOWERS = ("pqbert", "pqbert+counts", "spectrum", "counts", "autophase", "none")
-#: Pipeline tokens: padding, the whole-pipeline steps (-Oz, -O3, ...), then the catalog passes.
-VOCABULARY: Tuple[str, ...] = ("<pad>",) + tuple(f"-{name}" for name in BASELINES) + tuple(p.flag for p in PASSES)
-TOKEN = {flag: i for i, flag in enumerate(VOCABULARY)}
-#: A pipeline's steps past this many are not read (the pools' longest pipeline has 173).
-MAX_STEPS = 256
-#: Upper bounds of the pipeline-length groups the pipeline tower encodes separately (the last is MAX_STEPS).
-LENGTH_GROUPS = (4, 16, 48, MAX_STEPS)
-#: Gains are scaled by this inside the model, so its outputs are of order one.
-GAIN_SCALE = 10.0
-
-
-def pipeline_tokens(pool: Sequence[Sequence[str]]) -> np.ndarray:
-    """int64 (K, L) token ids of ``pool``'s pipelines, 0-padded to the longest (at most :data:`MAX_STEPS`).
-
-    Raises:
-        ValueError: a step that is neither a whole-pipeline step nor a catalog pass.
-    """
-    longest = min(MAX_STEPS, max((len(s) for s in pool), default=1)) or 1
-    out = np.zeros((len(pool), longest), np.int64)
-    for i, steps in enumerate(pool):
-        for j, step in enumerate(list(steps)[:longest]):
-            if step not in TOKEN:
-                raise ValueError(f"pipeline {i}: unknown step {step!r} (not a catalog pass or a whole-pipeline step)")
-            out[i, j] = TOKEN[step]
-    return out
 
 
 def count_tail(encoder, spectra: np.ndarray, autophase: np.ndarray) -> np.ndarray:
@@ -96,12 +81,13 @@ class ModuleInputs:
             raise ValueError(f"{len(self.codes)} rows of codes for {n} modules")
 
     def rows(self, tower: str) -> np.ndarray:
-        """The tower's input rows: float32 (N, D) for an MLP tower, uint8 codes (N, P, M) for ``pqbert``,
-        float32 (N, P M + 8 P) codes then count tail for ``pqbert+counts``, (N, 0) for ``none``."""
-        if tower in ("pqbert", "pqbert+counts"):
+        """The tower's input rows: float32 (N, D) for an MLP tower, uint8 codes (N, P, M) for ``pqbert`` (and
+        every tower of :data:`PQBERT_OBJECTIVES`), float32 (N, P M + 8 P) codes then count tail for
+        ``pqbert+counts``, (N, 0) for ``none``."""
+        if tower == "pqbert+counts" or tower in PQBERT_OBJECTIVES:
             if self.codes is None:
                 raise ValueError(f"the {tower} tower needs the encoder's codes (ModuleInputs.codes)")
-            if tower == "pqbert":
+            if tower != "pqbert+counts":
                 return self.codes
             if self.tail is None:
                 raise ValueError("the pqbert+counts tower needs the count tail (ModuleInputs.tail)")
@@ -116,248 +102,8 @@ class ModuleInputs:
             return representation_rows("autophase", autophase=self.autophase)
         if tower == "none":
             return np.zeros((len(self.shas), 0), np.float32)
-        raise ValueError(f"tower must be one of {', '.join(TOWERS)}, got {tower!r}")
-
-
-def _torch():
-    import torch
-    from torch import nn
-    return torch, nn
-
-
-def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, seed: int = 0):
-    """A :class:`BehaviorModel`-shaped ``torch.nn.Module`` for ``tower`` reading rows of ``input_dim`` values
-    (``pqbert``: a copy of ``encoder``'s PQ-BERT, fine-tuned with the rest)."""
-    torch, nn = _torch()
-    torch.manual_seed(seed)
-
-    class MLPTower(nn.Module):
-        def __init__(self, dim: int):
-            super().__init__()
-            self.register_buffer("mean", torch.zeros(dim))
-            self.register_buffer("scale", torch.ones(dim))
-            self.net = nn.Sequential(nn.Linear(dim, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, width))
-
-        def forward(self, x):                                                        # (B, D) -> (B, d)
-            return self.net((x - self.mean) / self.scale)
-
-    class ConstantTower(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.vector = nn.Parameter(torch.zeros(width))
-
-        def forward(self, x):                                                        # (B, 0) -> (B, d)
-            return self.vector.expand(x.shape[0], -1)
-
-    class PQBertTower(nn.Module):
-        """PQ-BERT's pooled mean, projected; with ``tail`` > 0 the rows are codes (P M values) then a count tail
-        of ``tail`` values, standardized and projected beside it."""
-
-        def __init__(self, model, tail: int = 0):
-            super().__init__()
-            self.model = model
-            self.tail = tail
-            self.out = nn.Linear(model.config.hidden_size, width)
-            if tail:
-                self.register_buffer("mean", torch.zeros(tail))
-                self.register_buffer("scale", torch.ones(tail))
-                self.tail_out = nn.Linear(tail, width)
-
-        def embed(self, x):                                                          # (B, H)
-            if not self.tail:
-                return self.model.embed(x.long(), "mean")
-            c = self.model.config
-            codes = x[:, :-self.tail].long().view(x.shape[0], -1, c.num_subspaces)
-            return self.model.embed(codes, "mean")
-
-        def forward(self, x):                                                        # -> (B, d)
-            m = self.out(self.embed(x))
-            if self.tail:
-                m = m + self.tail_out((x[:, -self.tail:] - self.mean) / self.scale)
-            return m
-
-    class PipelineTower(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tokens = nn.Embedding(len(VOCABULARY), width, padding_idx=0)
-            self.positions = nn.Embedding(MAX_STEPS, width)
-            layer = nn.TransformerEncoderLayer(width, 4, 2 * width, 0.1, activation="gelu", batch_first=True,
-                                               norm_first=True)
-            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-            self.norm = nn.LayerNorm(width)
-
-        def encode(self, tokens):                                                    # (K, L) -> (K, d)
-            pad = tokens == 0
-            x = self.tokens(tokens) + self.positions.weight[:tokens.shape[1]]
-            x = self.norm(self.encoder(x, src_key_padding_mask=pad))
-            keep = (~pad).unsqueeze(-1).float()
-            return (x * keep).sum(1) / keep.sum(1).clamp(min=1.0)
-
-        def forward(self, tokens):                                                   # (K, L) -> (K, d)
-            """Pipelines grouped by length (:data:`LENGTH_GROUPS`), each group cut to its longest: a pool's few
-            long pipelines would otherwise make every short one cost as much as they do."""
-            lengths = (tokens != 0).sum(1)
-            out = None
-            low = 0
-            for high in LENGTH_GROUPS:
-                rows = torch.nonzero((lengths > low) & (lengths <= high) if low else lengths <= high).squeeze(1)
-                low = high
-                if rows.numel() == 0:
-                    continue
-                part = tokens[rows][:, :max(1, int(lengths[rows].max()))]
-                encoded = self.encode(part)
-                if out is None:
-                    out = encoded.new_zeros(tokens.shape[0], encoded.shape[1])
-                out = out.index_copy(0, rows, encoded)
-            return out
-
-    class BehaviorModel(nn.Module):
-        def __init__(self):
-            super().__init__()
-            if tower in ("pqbert", "pqbert+counts"):
-                if encoder is None:
-                    raise ValueError(f"the {tower} tower starts from an encoder's PQ-BERT: give encoder=")
-                tail = input_dim - encoder.model.config.num_probes * encoder.model.config.num_subspaces \
-                    if tower == "pqbert+counts" else 0
-                self.module_tower = PQBertTower(copy.deepcopy(encoder.model).train(), tail)
-            elif tower == "none":
-                self.module_tower = ConstantTower()
-            else:
-                self.module_tower = MLPTower(input_dim)
-            self.pipeline_tower = PipelineTower()
-            self.head = nn.Sequential(nn.Linear(3 * width, width), nn.GELU(), nn.Linear(width, 1))
-
-        def forward(self, modules, tokens):
-            """Predicted scaled gains float (B, K) of B modules' rows under K pipelines' tokens."""
-            m = self.module_tower(modules)                                            # (B, d)
-            p = self.pipeline_tower(tokens)                                           # (K, d)
-            b, k = m.shape[0], p.shape[0]
-            mm, pp = m[:, None, :].expand(b, k, -1), p[None, :, :].expand(b, k, -1)
-            return self.head(torch.cat([mm, pp, mm * pp], dim=-1)).squeeze(-1)       # (B, K)
-
-    return BehaviorModel()
-
-
-@dataclass
-class FitResult:
-    """A fitted behavior model and how it got there: ``history`` holds one dict per epoch (train loss, valid
-    per-module rank correlation)."""
-
-    tower: str
-    model: object
-    history: List[dict] = field(default_factory=list)
-    best_epoch: int = 0
-    seconds: float = 0.0
-
-
-def _tensor(rows: np.ndarray):
-    torch, _ = _torch()
-    return torch.from_numpy(np.ascontiguousarray(rows)).long() if rows.dtype == np.uint8 else \
-        torch.from_numpy(np.ascontiguousarray(rows, np.float32))
-
-
-def predict(model, rows: np.ndarray, tokens: np.ndarray, *, batch: int = 64) -> np.ndarray:
-    """Predicted gains float32 (N, K) of N modules' tower rows under K pipelines' tokens int64 (K, L)."""
-    torch, _ = _torch()
-    model.eval()
-    out = np.zeros((len(rows), len(tokens)), np.float32)
-    with torch.inference_mode():
-        t = torch.from_numpy(tokens)
-        for start in range(0, len(rows), batch):
-            x = _tensor(rows[start:start + batch])
-            out[start:start + len(x)] = model(x, t).numpy() / GAIN_SCALE
-    return out
-
-
-def rank_correlations(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    """Spearman correlation per row float64 (N,) of predicted and measured gains (N, K); NaN for a row whose
-    measured gains are all equal (nothing to rank)."""
-    from scipy.stats import spearmanr
-
-    out = np.full(len(measured), np.nan)
-    for i, (p, m) in enumerate(zip(predicted, measured)):
-        if np.ptp(m) > 1e-9 and np.ptp(p) > 0:
-            out[i] = spearmanr(p, m).statistic
-        elif np.ptp(m) > 1e-9:
-            out[i] = 0.0
-    return out
-
-
-def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.ndarray, *,
-                 train_rows: Sequence[int], train_cols: Sequence[int], valid_rows: Sequence[int],
-                 valid_cols: Sequence[int], encoder=None, epochs: int = 30, steps_per_epoch: int = 60,
-                 module_batch: int = 32, pipeline_batch: int = 64, lr: float = 1e-3, seed: int = 0,
-                 progress: bool = False) -> FitResult:
-    """Train a behavior model on the cells ``train_rows`` x ``train_cols`` of ``gains`` float (N, K) and keep the
-    epoch whose mean per-module rank correlation on ``valid_rows`` x ``valid_cols`` is best.
-
-    Args:
-        rows: the tower's input rows for all N modules (:meth:`ModuleInputs.rows`).
-        tokens: int64 (K, L), :func:`pipeline_tokens` of the pool.
-        encoder: the encoder whose PQ-BERT the ``pqbert`` tower starts from.
-
-    Each step draws ``module_batch`` train modules and ``pipeline_batch`` train pipelines and fits the whole
-    block: squared error of the scaled gains, plus squared error after centering each module's row (what decides
-    the ranking within a module).
-    """
-    import time
-
-    from tqdm import tqdm
-    torch, nn = _torch()
-
-    started = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    train_rows, train_cols = np.asarray(train_rows), np.asarray(train_cols)
-    valid_rows, valid_cols = np.asarray(valid_rows), np.asarray(valid_cols)
-    input_dim = rows.shape[1] if rows.ndim == 2 else 0
-    model = build_model(tower, input_dim, encoder=encoder, seed=seed)
-    standardized = getattr(model.module_tower, "tail", None)
-    if standardized:
-        x = rows[train_rows][:, -standardized:].astype(np.float64)
-    elif rows.ndim == 2 and input_dim and hasattr(model.module_tower, "mean"):
-        x = rows[train_rows].astype(np.float64)
-    else:
-        x = None
-    if x is not None:
-        model.module_tower.mean.copy_(torch.from_numpy(x.mean(0).astype(np.float32)))
-        scale = x.std(0)
-        model.module_tower.scale.copy_(torch.from_numpy(np.where(scale > 1e-6, scale, 1.0).astype(np.float32)))
-    encoder_params = list(model.module_tower.model.parameters()) if tower.startswith("pqbert") else []
-    ids = {id(p) for p in encoder_params}
-    groups = [{"params": [p for p in model.parameters() if id(p) not in ids], "lr": lr}]
-    if encoder_params:
-        groups.append({"params": encoder_params, "lr": lr / 10})
-    optimizer = torch.optim.AdamW(groups, weight_decay=1e-4)
-    y = torch.from_numpy(np.asarray(gains, np.float32) * GAIN_SCALE)
-    all_tokens = torch.from_numpy(tokens)
-    history, best, best_state, best_epoch = [], -np.inf, None, 0
-    bar = tqdm(range(epochs), disable=not progress, desc=f"behavior[{tower}]", unit="epoch")
-    for epoch in bar:
-        model.train()
-        losses = []
-        for _ in range(steps_per_epoch):
-            r = rng.choice(train_rows, min(module_batch, len(train_rows)), replace=False)
-            c = rng.choice(train_cols, min(pipeline_batch, len(train_cols)), replace=False)
-            pred = model(_tensor(rows[r]), all_tokens[c])
-            target = y[r][:, c]
-            centered = (pred - pred.mean(1, keepdim=True)) - (target - target.mean(1, keepdim=True))
-            loss = nn.functional.mse_loss(pred, target) + centered.pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            losses.append(float(loss.detach()))
-        valid = predict(model, rows[valid_rows], tokens[valid_cols])
-        rho = float(np.nanmean(rank_correlations(valid, gains[np.ix_(valid_rows, valid_cols)])))
-        history.append({"epoch": epoch, "loss": float(np.mean(losses)), "valid_rho": rho})
-        bar.set_postfix(loss=f"{np.mean(losses):.3f}", rho=f"{rho:.3f}")
-        if rho > best:
-            best, best_epoch = rho, epoch
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return FitResult(tower, model, history, best_epoch, time.perf_counter() - started)
+        raise ValueError(f"tower must be one of {', '.join(dict.fromkeys(TOWERS + PQBERT_OBJECTIVES))}, "
+                         f"got {tower!r}")
 
 
 def bootstrap_interval(values: np.ndarray, *, draws: int = 2000, seed: int = 0, level: float = 0.95
@@ -402,20 +148,6 @@ def load_inputs(corpus, shas: Sequence[str], encoder) -> ModuleInputs:
                         encoder.spectra_codes(spectra, autophase), count_tail(encoder, spectra, autophase))
 
 
-def module_vectors(model, rows: np.ndarray, *, batch: int = 64) -> np.ndarray:
-    """What a fitted model's module tower makes of N modules: float32 (N, H) PQ-BERT's pooled mean for the
-    PQ-BERT towers (the embedding's mean part it would give), else the tower's output (N, d)."""
-    torch, _ = _torch()
-    model.eval()
-    out = []
-    with torch.inference_mode():
-        for start in range(0, len(rows), batch):
-            x = _tensor(rows[start:start + batch])
-            tower = model.module_tower
-            out.append((tower.embed(x) if hasattr(tower, "model") else tower(x)).numpy())
-    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 0), np.float32)
-
-
 def probe_representations(representations: Dict[str, np.ndarray], target: np.ndarray, train: np.ndarray,
                           test: np.ndarray, buckets: np.ndarray, *, k: int = 5) -> Dict[str, dict]:
     """One simple head per representation, the fair way to judge what a representation holds: a ridge (penalty by
@@ -443,7 +175,7 @@ def probe_representations(representations: Dict[str, np.ndarray], target: np.nda
 
 def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, held_out: float = 0.2,
                     seed: int = 0, epochs: int = 30, steps_per_epoch: int = 60, budgets: Sequence[int] = BUDGETS,
-                    searches: int = 0, progress: bool = False) -> dict:
+                    searches: int = 0, device=None, progress: bool = False) -> dict:
     """Fit a behavior model per module tower and compare them, and the rankers, on modules and pipelines they
     did not train on.
 
@@ -496,7 +228,7 @@ def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, he
         rows = inputs.rows(tower)
         fit = fit_behavior(tower, rows, gains, tokens, train_rows=split["train"], train_cols=train_cols,
                            valid_rows=split["valid"], valid_cols=held_cols, encoder=encoder, epochs=epochs,
-                           steps_per_epoch=steps_per_epoch, seed=seed, progress=progress)
+                           steps_per_epoch=steps_per_epoch, seed=seed, device=device, progress=progress)
         full_test = predict(fit.model, rows[test], tokens)                           # (T, K)
         rho = rank_correlations(full_test[:, held_cols], gains[np.ix_(test, held_cols)])
         residuals = gains[split["valid"]] - predict(fit.model, rows[split["valid"]], tokens)
