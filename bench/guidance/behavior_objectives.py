@@ -198,7 +198,31 @@ def report(args) -> None:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         Path(args.out).with_suffix(".md").write_text(text)
-        print("wrote", args.out, "and", Path(args.out).with_suffix(".md"))
+        plot_curves(runs, Path(args.out).with_suffix(".png"))
+        print("wrote", args.out, "and .md, .png beside it")
+
+
+def plot_curves(runs: dict, path: Path) -> None:
+    """Valid rank correlation by epoch, one line per run (colour: tower; line style: seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    towers = list(dict.fromkeys(r["tower"] for r in runs.values()))
+    colours = {t: plt.cm.tab10(i) for i, t in enumerate(towers)}
+    for name, r in runs.items():
+        ax.plot([h["epoch"] for h in r["history"]], [h["valid_rho"] for h in r["history"]], color=colours[r["tower"]],
+                linestyle="-" if r["seed"] == 0 else "--", label=r["tower"] if r["seed"] == 0 else None)
+    ax.set_xlabel("epoch (60 steps)")
+    ax.set_ylabel("valid rank correlation (held-out pipelines)")
+    ax.set_title("behavior models by module tower; solid seed 0, dashed seed 1", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def choose_in_pool(z, runs: dict, predicted: dict, budgets) -> dict:
