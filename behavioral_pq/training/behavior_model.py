@@ -255,7 +255,8 @@ def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.nda
     epoch whose mean per-module rank correlation on ``valid_rows`` x ``valid_cols`` is best.
 
     Args:
-        rows: the tower's input rows for all N modules (:meth:`ModuleInputs.rows`).
+        rows: the tower's input rows for all N modules
+            (:meth:`~behavioral_pq.tasks.guidance.behavior.ModuleInputs.rows`).
         tokens: int64 (K, L), :func:`pipeline_tokens` of the pool.
         encoder: the encoder whose PQ-BERT the PQ-BERT towers start from (only ``encoder.model`` is read).
         device: where to train (``"cuda"``, a ``torch.device``; default the CPU). The returned model is on the

@@ -132,8 +132,8 @@ def train(args) -> None:
                 "seconds": round(fit.seconds, 1), "history": fit.history}
             if tower != "none":
                 arrays[name] = module_vectors(fit.model, x)
-            print(f"{name}: valid {results['runs'][name]['valid_rho']:.3f}, test {results['runs'][name]['test_rho']:.3f}"
-                  f" ({fit.seconds:.0f} s)", flush=True)
+            run = results["runs"][name]
+            print(f"{name}: valid {run['valid_rho']:.3f}, test {run['test_rho']:.3f} ({fit.seconds:.0f} s)", flush=True)
             np.savez_compressed(out, **{k.replace("/", "__"): v for k, v in arrays.items()})
             out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out} and {out.with_suffix('.json')} in {time.perf_counter() - started:.0f} s")
@@ -185,14 +185,15 @@ def report(args) -> None:
     guidance = choose_in_pool(z, runs, predicted, args.budgets)
     lines += ["", "Guidance in the pool, test modules: geomean IC_Oz / IC of the best among each choice's picks, and "
               "the per-module difference to the global ranking (95% bootstrap):", "",
-              "| choice | " + " | ".join(f"budget {b}" for b in args.budgets) + " |", "|---|" + "---:|" * len(args.budgets)]
+              "| choice | " + " | ".join(f"budget {b}" for b in args.budgets) + " |",
+              "|---|" + "---:|" * len(args.budgets)]
     for name, by in guidance.items():
         lines.append(f"| {name} | " + " | ".join(
             f"{by[b]['ratio']:.4f}" + ("" if "diff" not in by[b] else
                                        f" ({by[b]['diff']:+.4f} [{by[b]['interval'][0]:+.4f}, "
                                        f"{by[b]['interval'][1]:+.4f}])") for b in args.budgets) + " |")
-    result = {"towers": table, "probes": probes, "guidance": guidance, "runs": {k: {kk: vv for kk, vv in v.items() if kk != "history"}
-                                                          for k, v in runs.items()}}
+    result = {"towers": table, "probes": probes, "guidance": guidance,
+              "runs": {k: {kk: vv for kk, vv in v.items() if kk != "history"} for k, v in runs.items()}}
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
