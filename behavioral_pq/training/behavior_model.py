@@ -23,6 +23,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 from behavioral_pq.core.catalog import BASELINES, PASSES
+from behavioral_pq.embedding.model import mask_codes, masked_lm_loss
 
 #: Module towers, in the order reports list them. ``pqbert+counts`` reads what the shipped embedding is made of
 #: (PQ-BERT's pooled mean and the count tail); ``none`` reads nothing of the module: a global ranking.
@@ -316,7 +317,6 @@ def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.nda
             centered = (pred - pred.mean(1, keepdim=True)) - (target - target.mean(1, keepdim=True))
             loss = nn.functional.mse_loss(pred, target) + centered.pow(2).mean()
             if masking is not None:
-                from behavioral_pq.embedding.model import mask_codes, masked_lm_loss
                 inputs, labels = mask_codes(x, JOINT_MASK, masking)
                 loss = loss + masked_lm_loss(model.module_tower.model, inputs, labels)[0]
             optimizer.zero_grad()
