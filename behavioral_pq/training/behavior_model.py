@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import List, Sequence, Tuple
 
 import numpy as np
+import torch
+from torch import nn
 
 from behavioral_pq.core.catalog import BASELINES, PASSES
 from behavioral_pq.embedding.model import mask_codes, masked_lm_loss
@@ -64,10 +66,12 @@ def pipeline_tokens(pool: Sequence[Sequence[str]]) -> np.ndarray:
 
 
 
-def _torch():
-    import torch
-    from torch import nn
-    return torch, nn
+def held_out_columns(pool: int, seed: int, share: float = 0.2) -> Tuple[np.ndarray, np.ndarray]:
+    """(train columns, held-out columns), int64 sorted, of a pool of ``pool`` pipelines: a random ``share`` of
+    them (at least one), drawn by ``seed``, is never trained on."""
+    cols = np.random.default_rng(seed).permutation(pool)
+    n_held = max(1, int(round(share * pool)))
+    return np.sort(cols[n_held:]), np.sort(cols[:n_held])
 
 
 def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, seed: int = 0):
@@ -75,7 +79,6 @@ def build_model(tower: str, input_dim: int, *, width: int = 64, encoder=None, se
     :data:`PQBERT_OBJECTIVES`) reading rows of ``input_dim`` values. The PQ-BERT towers hold a copy of
     ``encoder.model``: fine-tuned with the rest (``pqbert``, ``pqbert+counts``, ``pqbert-joint``), kept as it is
     (``pqbert-frozen``) or freshly initialized (``pqbert-scratch``)."""
-    torch, nn = _torch()
     torch.manual_seed(seed)
 
     class MLPTower(nn.Module):
@@ -203,7 +206,6 @@ class FitResult:
 
 
 def _tensor(rows: np.ndarray, device=None):
-    torch, _ = _torch()
     x = torch.from_numpy(np.ascontiguousarray(rows)).long() if rows.dtype == np.uint8 else \
         torch.from_numpy(np.ascontiguousarray(rows, np.float32))
     return x if device is None else x.to(device)
@@ -211,8 +213,6 @@ def _tensor(rows: np.ndarray, device=None):
 
 def _device_of(model):
     """Where ``model``'s weights are (the CPU for a model without any)."""
-    import torch
-
     for tensor in model.parameters():
         return tensor.device
     return torch.device("cpu")
@@ -221,7 +221,6 @@ def _device_of(model):
 def predict(model, rows: np.ndarray, tokens: np.ndarray, *, batch: int = 64) -> np.ndarray:
     """Predicted gains float32 (N, K) of N modules' tower rows under K pipelines' tokens int64 (K, L), computed
     on the device the model is on."""
-    torch, _ = _torch()
     model.eval()
     device = _device_of(model)
     out = np.zeros((len(rows), len(tokens)), np.float32)
@@ -270,7 +269,6 @@ def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.nda
     start from the encoder and at ``lr / 3`` from a fresh initialization.
     """
     from tqdm import tqdm
-    torch, nn = _torch()
 
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -340,7 +338,6 @@ def fit_behavior(tower: str, rows: np.ndarray, gains: np.ndarray, tokens: np.nda
 def module_vectors(model, rows: np.ndarray, *, batch: int = 64) -> np.ndarray:
     """What a fitted model's module tower makes of N modules: float32 (N, H) PQ-BERT's pooled mean for the
     PQ-BERT towers (the embedding's mean part it would give), else the tower's output (N, d)."""
-    torch, _ = _torch()
     model.eval()
     device = _device_of(model)
     out = []

@@ -77,20 +77,14 @@ def prepare(args) -> None:
           f"{len(data.pool)} pipelines")
 
 
-def held_out_columns(pool: int, seed: int, share: float = 0.2):
-    """(train columns, held-out columns) as ``bpq ranker behavior`` draws them for ``seed``."""
-    cols = np.random.default_rng(seed).permutation(pool)
-    n_held = max(1, int(round(share * pool)))
-    return np.sort(cols[n_held:]), np.sort(cols[:n_held])
-
-
 def train(args) -> None:
     import types
 
     import torch
 
     from behavioral_pq.embedding.model import PQBert, PQBertConfig
-    from behavioral_pq.training.behavior_model import fit_behavior, module_vectors, predict, rank_correlations
+    from behavioral_pq.training.behavior_model import (fit_behavior, held_out_columns, module_vectors, predict,
+                                                       rank_correlations)
 
     folder = Path(args.folder)
     z = np.load(folder / "inputs.npz")

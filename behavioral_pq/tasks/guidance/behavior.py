@@ -42,6 +42,7 @@ from behavioral_pq.training.behavior_model import (  # noqa: F401  (the model's 
     FitResult,
     build_model,
     fit_behavior,
+    held_out_columns,
     module_vectors,
     pipeline_tokens,
     predict,
@@ -204,10 +205,7 @@ def evaluate_towers(data, corpus, encoder, *, towers: Sequence[str] = TOWERS, he
             raise ValueError(f"{len(rows)} measured modules with spectra in split {name!r}; need at least 2 "
                              "(measure every split: bpq ranker measure STORE --split NAME --out DATA)")
     k = len(data.pool)
-    rng = np.random.default_rng(seed)
-    cols = rng.permutation(k)
-    n_held = max(1, int(round(held_out * k)))
-    held_cols, train_cols = np.sort(cols[:n_held]), np.sort(cols[n_held:])
+    train_cols, held_cols = held_out_columns(k, seed, held_out)
     tokens = pipeline_tokens(data.pool)
     sizes = corpus.modules(["sha256", "instruction_count"]).to_pydict()
     count_of = dict(zip(sizes["sha256"], sizes["instruction_count"]))
