@@ -127,7 +127,6 @@ def cmd_spectrum(args) -> int:
 def cmd_optimize(args) -> int:
     started = time.monotonic()    # --seconds counts from here, imports included
     from behavioral_pq.core.passes import optimize
-    from behavioral_pq.core.catalog import steps_pipeline
     from behavioral_pq.tasks.guidance import describe_steps
     from behavioral_pq.tasks.guidance.trials import candidate_target
 
@@ -139,7 +138,7 @@ def cmd_optimize(args) -> int:
         raise ValueError(f"--seconds must be positive, got {args.seconds:g}")
     output = check_output(args.output, args.overwrite)
     module = load_program(args)
-    found = auto = None
+    found = None
     target = cli_target(args)
     if args.objective != "ir-count" and not args.auto:
         raise ValueError("--objective chooses what --auto minimizes: give --auto")
@@ -157,11 +156,9 @@ def cmd_optimize(args) -> int:
     if args.auto:
         if args.objective == "text-size":
             target = size_target(args, target)
-        auto = run_auto(args, module, target, started)
-        found, result = auto["recommendation"], auto["result"]
-        if found.objective == "text-size":           # what the written module was compiled for (its size marks)
-            target = candidate_target(target, found.steps)
-        pipeline = found.pipeline if auto["steps"] == found.steps else steps_pipeline(auto["steps"])
+        found, result = run_auto(args, module, target, started)
+        target = candidate_target(target, found.steps)   # what the written module was compiled for (its size marks)
+        pipeline = found.pipeline
     else:
         pipeline = parse_passes(args.passes)
         if pipeline == "default<O0>" and args.target is None and args.cpu is None and not args.size_marks:
@@ -174,20 +171,12 @@ def cmd_optimize(args) -> int:
     where = (f"target mode, {target.cpu or 'the module CPU'}"
              + (f", functions marked as clang -{target.size} marks them" if target.size else "")
              if target else "measure mode")
-    # one -Oz figure per mode: the search's (measure mode for ir-count), and the written module's when it differs
-    modes = {}
-    if found is not None:
-        searched = "target" if found.objective == "text-size" else "measure"
-        modes[searched] = {"oz_count": found.oz_count, "instruction_count": found.instruction_count}
-        if auto["oz"] is not None:
-            modes["target"] = {"oz_count": auto["oz"].instruction_count, "instruction_count": after}
     if args.json:
         record = {"module": module.name, "pipeline": pipeline, "instructions_before": before,
                   "instructions_after": after, "output": str(args.output) if args.output else None,
                   "mode": "target" if target else "measure", "target": target.to_dict() if target else None}
         if found is not None:
             record.update(found.as_dict())
-            record.update(written_pipeline=pipeline, modes=modes, note=auto["note"])
         print_json(record)
         return 0
     change = 100.0 * (after - before) / before if before else 0.0
@@ -199,15 +188,8 @@ def cmd_optimize(args) -> int:
             print(f"  {where}: .text: -Oz gives {found.oz_text_size} bytes; the recommended pipeline "
                   f"{found.text_size} (-Oz / ours = {found.improvement:.3f}), {how}")
         else:
-            label = "measure mode" + (" (searched)" if auto["oz"] is not None else "")
-            print(f"  {label}: -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
+            print(f"  {where}: -Oz gives {found.oz_count}; the recommended pipeline {found.instruction_count} "
                   f"(IC_Oz / IC = {found.improvement:.3f}), {how}")
-        if auto["oz"] is not None:
-            oz = auto["oz"].instruction_count
-            written = "the recommended pipeline" if auto["steps"] == found.steps else describe_steps(auto["steps"])
-            print(f"  {where} (written): -Oz gives {oz}; {written} {after} (IC_Oz / IC = {oz / max(after, 1):.3f})")
-            if auto["note"] is not None:
-                print(f"  note: {auto['note']}")
         for note in found.notes:
             print(f"  note: {note}")
         print(f"  pipeline: {describe_steps(found.steps)}")
@@ -307,13 +289,14 @@ def add_parsers(sub) -> None:
     add_program_arguments(p)
     p.add_argument("--passes", metavar="PASSES", help="what to run (see below)")
     p.add_argument("--auto", action="store_true",
-                   help="let the embedding choose the pipeline (program library + search; never worse than -Oz in "
-                        "the mode written; progress on stderr when it is a terminal and there is no --json)")
+                   help="let the embedding choose the pipeline (program library + search; each candidate counted "
+                        "as it will be written, in target mode unless --target measure, so never worse than -Oz "
+                        "there; progress on stderr when it is a terminal and there is no --json)")
     p.add_argument("--budget", type=int, default=10, metavar="N",
                    help="with --auto: candidate compilations to try besides -Oz (default 10)")
     p.add_argument("--seconds", type=float, metavar="S",
                    help="with --auto: bound the command's wall time to S seconds, from its start: loading, probes, "
-                        "library candidates, local search and the build for the target; compilations still "
+                        "library candidates, local search and the final build; compilations still "
                         "running at the bound are stopped. -Oz is always built, first: on a module where -Oz "
                         "alone takes longer, the command ends that much later (and says so)")
     p.add_argument("--objective", choices=("ir-count", "text-size"), default="ir-count",
@@ -324,7 +307,8 @@ def add_parsers(sub) -> None:
                    help="with --auto: try this program library's nearest programs' pipelines and coreset instead of "
                         "the shipped ranker's picks")
     p.add_argument("--learn", action="store_true",
-                   help="with --auto: keep what the search found in the library (saved back to --library)")
+                   help="with --auto and --target measure: keep what the search found in the library (saved back "
+                        "to --library; an instruction-count library holds counts in measure mode)")
     p.add_argument("--ranker", metavar="DIR",
                    help="with --auto: a pipeline ranker (bpq ranker fit) chooses the candidates instead of the "
                         "library: its picks first, then a local search around the best (a ranker of the "

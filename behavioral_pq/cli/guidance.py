@@ -63,10 +63,6 @@ class SearchBar:
                                      refresh=False)
         self.bar.refresh()
 
-    def step(self, text: str) -> None:
-        """Name what runs now (a step of the command's own, after the search)."""
-        self.bar.set_description_str(text)
-
     def __enter__(self) -> "SearchBar":
         return self
 
@@ -82,13 +78,11 @@ def seconds_left(args, started: float):
     return args.seconds - (time.monotonic() - started)
 
 
-def run_auto(args, module, target=None, started=None) -> dict:
-    """``bpq optimize FILE --auto``: recommend, apply, verify, and say how it compares with -Oz. ``target``: the
-    target of ``--objective text-size`` (its candidates are compiled for it), or of the ir-count result, built
-    here in target mode next to -Oz (``oz`` and ``result`` of the returned dict; ``note`` says when -Oz is
-    written instead). ``started``: when the command began (``--seconds`` counts from there)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def run_auto(args, module, target=None, started=None):
+    """``bpq optimize FILE --auto``: the recommendation and the module optimized with it. ``target``: where the
+    search counts and the result is built (None: measure mode); every candidate is measured as it will be
+    written, so the module written is the best the search found there. ``started``: when the command began
+    (``--seconds`` counts from there)."""
     from behavioral_pq.tasks.guidance import load_library, recommend_and_optimize
 
     started = time.monotonic() if started is None else started
@@ -97,110 +91,24 @@ def run_auto(args, module, target=None, started=None) -> dict:
         raise ValueError("--learn needs --library DIR: the library to update (the shipped one is read-only)")
     if objective == "text-size" and target is None:
         raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
+    if getattr(args, "ranker", None) and (args.library or args.learn):
+        raise ValueError("--ranker chooses the candidates instead of a library: drop --library and --learn")
+    if args.learn and objective == "ir-count" and target is not None:
+        raise ValueError("--learn keeps the search's instruction counts in the library, which holds them in measure "
+                         "mode: add --target measure")
     encoder = _encoder(args)
     ranker = None
     if getattr(args, "ranker", None):
-        if args.library or args.learn:
-            raise ValueError("--ranker chooses the candidates instead of a library: drop --library and --learn")
         ranker, encoder = load_checked_ranker(args.ranker, encoder, objective=objective)
     library = load_library(args.library, encoder=encoder) if args.library else None  # None: shipped, per objective
-    rebuild = target is not None and objective == "ir-count"   # searched in measure mode, built for the target
-    with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar, ThreadPoolExecutor(1) as pool:
-        # the target's -Oz (the floor of what is written) is built beside the search, on a worker of its own
-        oz = pool.submit(_built, module, "default<Oz>", target) if rebuild else None
+    with SearchBar(args.budget, sys.stderr.isatty() and not args.json) as bar:
         left = seconds_left(args, started)     # when loading spent it all, -Oz still runs
         found, result = recommend_and_optimize(module, args.budget, library=library, encoder=encoder,
-                                               learn=args.learn, progress=bar, objective=objective,
-                                               target=target if objective == "text-size" else None,
-                                               seconds=None if left is None else max(1e-3, left),
-                                               reserve_builds=2 * int(rebuild), ranker=ranker)
-        auto = {"recommendation": found, "result": result, "oz": None, "note": None, "steps": found.steps}
-        if rebuild:
-            bar.step("build for the target")
-            auto.update(target_build(module, found, oz.result(), target, started, args))
+                                               learn=args.learn, progress=bar, objective=objective, target=target,
+                                               seconds=None if left is None else max(1e-3, left), ranker=ranker)
     if args.learn:
         library.save(args.library)
-    return auto
-
-
-def _built(module, pipeline: str, target):
-    """``module`` after ``pipeline`` in target mode, on an engine of its own (one worker)."""
-    from behavioral_pq.core.engine import Engine
-    from behavioral_pq.core.module import Module
-
-    with Engine(workers=1) as engine:
-        bitcode = engine.run_pipeline(module.bitcode, pipeline, module.name, target=target)
-    return Module(bitcode, name=module.name, source=module.source)
-
-
-FINALISTS = 4   # the best candidates of a measure-mode search that are built for the target before one is written
-
-
-def finalists(found, count: int = FINALISTS) -> list:
-    """The recommended pipeline's steps, then the next best distinct candidates the search measured that beat -Oz
-    there (smallest value first, the search's order among ties): at most ``count``."""
-    from behavioral_pq.tasks.guidance import OZ
-
-    chosen = [found.steps]
-    ranked = sorted((value, i, tuple(steps)) for i, (steps, value) in enumerate(found.tried)
-                    if value is not None and value < found.oz_count and tuple(steps) != (OZ,))
-    for _, _, steps in ranked:
-        if len(chosen) >= count:
-            break
-        if steps not in chosen:
-            chosen.append(steps)
-    return chosen
-
-
-def target_build(module, found, oz, target, started: float, args) -> dict:
-    """What ``bpq optimize --auto`` writes when it searched in measure mode: the smallest of the search's
-    :func:`finalists` built in target mode for ``target`` (a pipeline's count in measure mode does not always
-    rank it the same way for the target), within what is left of ``--seconds``; or ``oz`` (the module after -Oz in
-    target mode, the floor) when no finalist's build is smaller or none ended in time. Returns ``oz``, ``result``,
-    ``steps`` (what was written) and ``note`` (None when the searched pipeline itself was written)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from behavioral_pq.core.catalog import steps_pipeline
-    from behavioral_pq.core.engine import default_engine
-    from behavioral_pq.core.module import Module
-    from behavioral_pq.errors import DeadlineError
-    from behavioral_pq.tasks.guidance import OZ, describe_steps
-
-    floor = {"oz": oz, "result": oz, "steps": (OZ,)}
-    if found.steps == (OZ,):
-        return {**floor, "note": None}
-    late = {**floor, "note": "the recommended pipeline's build did not end within --seconds: -Oz written"}
-    left = seconds_left(args, started)
-    if left is not None and left <= 0:
-        return late
-    deadline = None if left is None else time.monotonic() + left
-    engine = default_engine()
-
-    def build(steps):
-        try:
-            pipeline = found.pipeline if steps == found.steps else steps_pipeline(steps)
-            bitcode = engine.run_pipeline(module.bitcode, pipeline, module.name, target=target, deadline=deadline)
-        except DeadlineError:
-            return None
-        return Module(bitcode, name=module.name, source=module.source)
-
-    candidates = finalists(found)
-    with ThreadPoolExecutor(max(1, min(len(candidates), engine.workers))) as pool:
-        built = list(pool.map(build, candidates))
-    done = [(result.instruction_count, i) for i, result in enumerate(built) if result is not None]
-    if not done:
-        return late
-    count, best = min(done)
-    if count >= oz.instruction_count:
-        return {**floor, "note": f"the recommended pipeline gives {built[0].instruction_count if built[0] else '?'} "
-                                 f"here (the best of {len(candidates)} finalists {count}): -Oz written"}
-    note = None
-    if best != 0:
-        searched = built[0].instruction_count if built[0] is not None else None
-        note = (f"built for the target, the searched best gives "
-                f"{searched if searched is not None else 'no result in time'}; of {len(candidates)} finalists "
-                f"{describe_steps(candidates[best])} gives {count}: written")
-    return {"oz": oz, "result": built[best], "steps": candidates[best], "note": note}
+    return found, result
 
 
 def cmd_library_build(args) -> int:

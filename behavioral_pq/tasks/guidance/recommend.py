@@ -20,7 +20,7 @@ from behavioral_pq.core.engine import default_engine
 from behavioral_pq.core.features import autophase
 from behavioral_pq.core.module import Module, load_module
 from behavioral_pq.core.passes import optimize
-from behavioral_pq.core.target import Target
+from behavioral_pq.core.target import Target, TargetLike, resolve_target
 from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
 from behavioral_pq.embedding.sampling import SAMPLE_BUDGET
 from behavioral_pq.embedding.spectrum import spectra
@@ -153,7 +153,7 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
                        learn: bool = False,
                        neighbor_indices: Optional[Sequence[int]] = None,
                        progress: Union[bool, ProgressCallback] = False,
-                       objective: str = "ir-count", target: Optional[Target] = None,
+                       objective: str = "ir-count", target: TargetLike = None,
                        seconds: Optional[float] = None, reserve_builds: int = 0,
                        ranker=None, ranked_share: float = RANKED_SHARE) -> Recommendation:
     """Choose a pass pipeline for ``module`` within ``budget`` candidate compilations.
@@ -184,7 +184,8 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
         neighbor_indices: consult these library programs instead of the nearest (an ablation).
         progress: a callable, given a :class:`SearchProgress` after each step (-Oz, loading the library, the
             probes, each batch of candidates); or True for the probes' progress bar on stderr.
-        objective: ``"ir-count"`` (IR instructions in measure mode, what the library holds) or ``"text-size"``
+        objective: ``"ir-count"`` (IR instructions: in measure mode, what the library holds, or with ``target``
+            in target mode, each candidate counted as it will be built for that target) or ``"text-size"``
             (.text bytes of ``llc-19 -O2``'s object, each candidate run in target mode for ``target``: default
             the host triple with the CPU each function was compiled for). The library's pipelines are the
             candidates either way (text-size tries -Os first, then ``Oz-outline``: -Oz with LLVM's IR
@@ -192,6 +193,9 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             build --objective text-size``) ranks them by bytes. Text-size measures each candidate by compiling
             it, so it costs more per candidate; every candidate but -Oz / -Os is compiled with its functions
             marked as clang -Oz marks them (:func:`~behavioral_pq.tasks.guidance.trials.candidate_target`).
+        target: where the candidates are built and counted: None or ``"measure"`` (measure mode; for text-size,
+            the default target above), ``"host"``, a triple or a :class:`~behavioral_pq.core.target.Target`
+            (:func:`~behavioral_pq.core.target.resolve_target`). ``learn`` needs measure mode for ir-count.
         seconds: a bound on the call's wall time, from its start: the search stops there whatever is left of
             ``budget`` (with a large budget it is time-bound, as baselines given a fixed wall time are). -Oz is
             always measured, first, however long it takes (``notes`` says when it alone overran). Loading the
@@ -235,6 +239,15 @@ def _check_count(name: str, value, minimum: int = 0) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
+def _check_learning(objective: str, target: Optional[Target], learn: bool) -> None:
+    """An instruction-count library holds counts in measure mode: a search that counts for a target cannot teach
+    it."""
+    if learn and objective == "ir-count" and target is not None:
+        raise ValueError("learn=True keeps what the search measured in an instruction-count library, whose counts "
+                         "are in measure mode; this search counts for a target: search without one (measure mode) "
+                         "to learn")
+
+
 def _check_library(library: ProgramLibrary, objective: str, learn: bool) -> None:
     if library.objective == "text-size" and objective != "text-size":
         raise ValueError(f"this library was searched for text size: its pipelines are ranked by bytes, not by "
@@ -248,7 +261,7 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
             embedding: Optional[np.ndarray] = None, neighbors: int = 8, retrieval_share: float = 0.5,
             coreset_share: float = CORESET_SHARE, seed: int = 0, learn: bool = False,
             neighbor_indices: Optional[Sequence[int]] = None, progress: Union[bool, ProgressCallback] = False,
-            objective: str = "ir-count", target: Optional[Target] = None, seconds: Optional[float] = None,
+            objective: str = "ir-count", target: TargetLike = None, seconds: Optional[float] = None,
             reserve_builds: int = 0, start: Optional[float] = None, ranker=None,
             ranked_share: float = RANKED_SHARE) -> Tuple[Recommendation, Trials]:
     """:func:`recommend_pipeline` and its :class:`Trials` (whose kept results spare the caller a second run);
@@ -262,6 +275,8 @@ def _search(module, budget: int, *, library: Optional[ProgramLibrary] = None, en
         if not (_is_number(share) and 0.0 <= share <= 1.0):
             raise ValueError(f"{name} must be a number in [0, 1], got {share!r}")
     check_objective(objective)
+    target = resolve_target(target)
+    _check_learning(objective, target, learn)
     start = time.monotonic() if start is None else start
     deadline = None if seconds is None else start + seconds
     engine = engine or default_engine()
@@ -393,13 +408,14 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
 
 def recommend_and_optimize(module, budget: int = 10, *, library: Optional[ProgramLibrary] = None, encoder=None,
                            engine=None, learn: bool = False, progress: Union[bool, ProgressCallback] = False,
-                           objective: str = "ir-count", target: Optional[Target] = None,
+                           objective: str = "ir-count", target: TargetLike = None,
                            seconds: Optional[float] = None, reserve_builds: int = 0, ranker=None,
                            ) -> Tuple[Recommendation, Module]:
     """:func:`recommend_pipeline` (with ``ranker``, its ranked search), then the module optimized with the
     recommendation (``bpq optimize --auto``).
-    With ``objective="text-size"`` the module is optimized in target mode (``target``, default as in
-    :func:`recommend_pipeline`).
+    With a ``target`` (and always for ``objective="text-size"``, default as in :func:`recommend_pipeline`) the
+    search counts in target mode and the module is optimized in target mode: what is returned is what was
+    searched.
 
     Without ``seconds`` the recommendation is re-run from scratch and checked to give the count the search
     measured; with ``seconds`` (a bound on the whole call, the module's loading included) the module is the one

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+from behavioral_pq.core._native_loader import native
 from behavioral_pq.core.catalog import BASELINES, meaning_preserving, steps_pipeline
 from behavioral_pq.core.features import AUTOPHASE_FEATURES
 from behavioral_pq.core.module import Module, load_module
@@ -16,9 +17,10 @@ from behavioral_pq.core.toolchain import text_size
 from behavioral_pq.errors import BPQError, DeadlineError
 from behavioral_pq.tasks.guidance.library import OZ, Steps
 
-#: What a pipeline search minimizes. ``ir-count``: IR instructions after the pipeline in measure mode
-#: (CompilerGym's IrInstructionCount; what the program library was built for). ``text-size``: bytes of the
-#: ``.text`` of ``llc-19 -O2``'s object after the pipeline in target mode (CompilerGym's ObjectTextSizeBytes).
+#: What a pipeline search minimizes. ``ir-count``: IR instructions after the pipeline (CompilerGym's
+#: IrInstructionCount), in measure mode (what the program library and the rankers were built from) or, given a
+#: target, in target mode for it (what is then written). ``text-size``: bytes of the ``.text`` of ``llc-19 -O2``'s
+#: object after the pipeline in target mode (CompilerGym's ObjectTextSizeBytes).
 OBJECTIVES = ("ir-count", "text-size")
 
 
@@ -50,17 +52,23 @@ class SearchProgress:
 ProgressCallback = Callable[[SearchProgress], None]
 
 
-#: The candidates of a text-size search that carry their own size marks (see :func:`candidate_target`).
+#: The candidates of a search in target mode that carry their own size marks (see :func:`candidate_target`).
 SIZE_LEVEL_STEPS = ("-Oz", "-Os")
 
 
 def candidate_target(target: Optional[Target], steps: Iterable[str]) -> Optional[Target]:
-    """The target a text-size candidate is compiled for: ``target`` with every definition marked as clang -Oz
-    marks it (``minsize``, ``optsize``; :attr:`Target.size` "Oz") before the candidate's passes, unless the
-    candidate holds a size level (``-Oz``, ``-Os``) that marks them its own way. A pipeline searched for bytes is
-    meant for code built for size, and the code generator reads the marks: an unmarked candidate was compiled for
-    speed after its passes (functions aligned, longer encodings), which a size build never is. ``-Os`` keeps its
-    own ``optsize`` alone (with ``minsize`` as well it lost on 1 of 10 train-split whole programs that it won).
+    """The target a candidate of a search in target mode is compiled for: ``target`` with every definition marked
+    as clang -Oz marks it (``minsize``, ``optsize``; :attr:`Target.size` "Oz") before the candidate's passes,
+    unless the candidate holds a size level (``-Oz``, ``-Os``) that marks them its own way. Both objectives are
+    sizes, and passes and the code generator read the marks:
+
+    - text-size: an unmarked candidate was compiled for speed after its passes (functions aligned, longer
+      encodings), which a size build never is. ``-Os`` keeps its own ``optsize`` alone (with ``minsize`` as well
+      it lost on 1 of 10 train-split whole programs that it won).
+    - ir-count: unmarked, a real target's costs let the vectorizers and the unroller grow loops that -Oz leaves
+      alone; marked, the train projects' units came out smaller at budgets 10 and 50, and none larger
+      (BENCHMARKS, "The search counts where it writes").
+
     ``None`` (measure mode) stays None."""
     if target is None or target.size or any(step in SIZE_LEVEL_STEPS for step in steps):
         return target
@@ -96,10 +104,13 @@ class Trials:
     and scores as unusable. ``counts`` hold the objective's value (IR instructions, or .text bytes for
     ``text-size``); ``history[i]`` is the best value after i + 1 compilations.
 
-    ``target`` (text-size only): the :class:`~behavioral_pq.core.target.Target` the pipelines run for; default
-    the host's triple keeping the CPU each function was compiled for (what ``bpq compile`` does for size). Each
-    candidate runs for :func:`candidate_target` of it (:meth:`target_for`): marked for size as clang -Oz marks
-    functions, unless it is a size level of its own.
+    ``target``: the :class:`~behavioral_pq.core.target.Target` the pipelines run for. For ``ir-count``, None
+    (default) counts in measure mode; a target counts each candidate as it will be built and written for that
+    target, so that the best found is the best written (a count in measure mode does not rank pipelines the way
+    the target's cost models do). For ``text-size`` the default is the host's triple keeping the CPU each
+    function was compiled for (what ``bpq compile`` does for size). In target mode each candidate runs for
+    :func:`candidate_target` of it (:meth:`target_for`): marked for size as clang -Oz marks functions, unless it
+    is a size level of its own.
 
     ``progress``: called with a :class:`SearchProgress` after -Oz and after each batch measured (``start``: the
     ``time.monotonic()`` its ``seconds`` count from; default now). ``oz_seconds`` is how long -Oz took: about
@@ -114,9 +125,9 @@ class Trials:
         self.objective = check_objective(objective)
         if objective == "text-size" and target is None:
             target = Target.module_cpus()
-        self.target = target if objective == "text-size" else None
+        self.target = target
         self._sizes = TextSizes(self.target.cpu if self.target is not None else None)
-        self._heads: Dict[str, bytes] = {}   # text-size: results of whole-pipeline steps that others continue from
+        self._heads: Dict[str, bytes] = {}   # target mode: results of whole-pipeline steps that others continue from
         self.counts: Dict[Steps, Optional[int]] = {}
         self.origin: Dict[Steps, str] = {}
         self._kept: Dict[Steps, Tuple[int, bytes]] = {}  # -Oz's and the best candidates' results (bitcode)
@@ -154,8 +165,8 @@ class Trials:
                  ) -> Tuple[List[Optional[int]], list]:
         """The objective's value after each candidate (None where it failed), and the errors (a DeadlineError
         where ``deadline``, a ``time.monotonic()`` value, passed first)."""
-        if self.objective == "text-size":
-            return self._measure_text(candidates, deadline)
+        if self.target is not None:
+            return self._measure_built(candidates, deadline)
         features, kept, errors = self.engine.autophase_tree(
             [self.module.bitcode], [-1] * len(candidates), [steps_pipeline(s) for s in candidates],
             keep=[True] * len(candidates), names=[self.module.name], deadline=deadline)
@@ -166,14 +177,17 @@ class Trials:
                 self._keep(steps, kept[i], values[i])
         return values, errors
 
-    def _measure_text(self, candidates: List[Steps], deadline: Optional[float] = None
-                      ) -> Tuple[List[Optional[int]], list]:
-        """Each candidate's pipeline, then llc on its result; one thread per engine worker, so that llc runs
-        beside the engine's next pipeline (the engine runs one at a time). Results in the candidates' order."""
+    def _measure_built(self, candidates: List[Steps], deadline: Optional[float] = None
+                       ) -> Tuple[List[Optional[int]], list]:
+        """Target mode: each candidate's pipeline, then its value on the result (IR instructions, or .text bytes of
+        llc's object); one thread per engine worker, so that llc runs beside the engine's next pipeline (the engine
+        runs one at a time). Results in the candidates' order."""
 
         def one(steps: Steps) -> Tuple[Optional[int], Optional[BPQError], Optional[bytes]]:
             try:
-                bitcode = self._text_result(steps, deadline)
+                bitcode = self._built_result(steps, deadline)
+                if self.objective == "ir-count":
+                    return int(native.instruction_count(bitcode)), None, bitcode
                 left = 120.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
@@ -201,7 +215,7 @@ class Trials:
                 self._keep(steps, bitcode, value)
         return values, errors
 
-    def _text_result(self, steps: Steps, deadline: Optional[float]) -> bytes:
+    def _built_result(self, steps: Steps, deadline: Optional[float]) -> bytes:
         """The module after ``steps`` in target mode. A candidate that begins with a whole-pipeline step measured
         before (-Oz, -Os, -Oz-outline) and is compiled for the same target continues from that step's result, as
         :func:`measure_text_pool` does: ``(-Oz, p)`` costs a run of ``p``."""
@@ -238,8 +252,8 @@ class Trials:
         return load_module(bitcode, name=self.module.name, engine=self.engine).instruction_count
 
     def result(self, steps: Steps) -> Optional[bytes]:
-        """The module after ``steps`` as this search measured it (bitcode; in target mode for text-size), or None
-        when it was not kept (only -Oz and the best candidates are)."""
+        """The module after ``steps`` as this search measured it (bitcode; in target mode when the search has a
+        target), or None when it was not kept (only -Oz and the best candidates are)."""
         kept = self._kept.get(tuple(steps))
         return kept[1] if kept is not None else None
 
