@@ -108,12 +108,13 @@ def one_module(engine, module: Module, budget: int, target) -> dict:
             "compilations": {SIDES[0]: ours.compilations, SIDES[1]: searched.compilations + len(built)}}
 
 
-def sample(corpus: Corpus, per_bucket: int, max_instructions: int):
-    """Up to ``per_bucket`` modules of each size bucket, in hash order (deterministic)."""
+def sample(corpus: Corpus, per_bucket: int, max_instructions: int, min_instructions: int = 0):
+    """Up to ``per_bucket`` modules of each size bucket, in hash order (deterministic), of ``min_instructions`` to
+    ``max_instructions`` instructions."""
     table = corpus.modules(["sha256", "instruction_count"]).to_pydict()
     chosen = {b: [] for b in BUCKETS}
     for sha, count in sorted(zip(table["sha256"], table["instruction_count"])):
-        if count is None or count > max_instructions:
+        if count is None or not min_instructions <= count <= max_instructions:
             continue
         bucket = size_bucket(int(count))
         if len(chosen[bucket]) < per_bucket:
@@ -188,6 +189,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("store")
     parser.add_argument("--per-bucket", type=int, default=12)
+    parser.add_argument("--min-instructions", type=int, default=0)
     parser.add_argument("--max-instructions", type=int, default=60_000)
     parser.add_argument("--budgets", default="10,50")
     parser.add_argument("--workers", type=int, default=2)
@@ -195,7 +197,7 @@ def main() -> int:
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     corpus = Corpus(args.store)
-    shas = sample(corpus, args.per_bucket, args.max_instructions)
+    shas = sample(corpus, args.per_bucket, args.max_instructions, args.min_instructions)
     target = resolve_target("host", None)
     rows, failed = [], []
     with Engine(workers=args.workers) as engine:
@@ -213,7 +215,8 @@ def main() -> int:
                       f"{row['oz_target']}, " + ", ".join(f"{s} {v}" for s, v in row["written"].items()),
                       flush=True)
     report = {"config": {"store": str(args.store), "per_bucket": args.per_bucket, "budgets": budgets,
-                         "max_instructions": args.max_instructions, "target": target.to_dict(),
+                         "min_instructions": args.min_instructions, "max_instructions": args.max_instructions,
+                         "target": target.to_dict(),
                          "machine": common.machine()},
               "summary": summarize(rows, budgets), "failed": failed, "rows": rows}
     common.write_json(args.out, report)
