@@ -114,6 +114,38 @@ def test_a_deadline_stops_a_call_and_the_engine_goes_on(tmp_path, examples):
         assert bpq.optimize(small, "Oz", engine=engine).instruction_count == 25   # the engine goes on
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_run_pipelines_is_run_pipeline_per_item_and_a_failure_costs_its_item_alone(tmp_path, examples, workers):
+    import time
+
+    from behavioral_pq.core.target import resolve_target
+
+    host = resolve_target("host", None)
+    looping, matmul = examples["sum_array"], examples["matmul"]
+    items = [(looping.bitcode, "default<Oz>", None), (matmul.bitcode, "default<O3>", host),
+             (matmul.bitcode, "default<O3>", None), (looping.bitcode, ABORTING, None)]
+    if workers == 0:
+        items = items[:3]                                        # in-process, an abort would end the test run
+    with Engine(workers=workers, timeout=60) as engine:
+        results, errors = engine.run_pipelines([b for b, _, _ in items], [p for _, p, _ in items],
+                                               names=[f"item{i}" for i in range(len(items))],
+                                               targets=[t for _, _, t in items])
+        for (bitcode, pipeline, target), result, error in zip(items[:3], results, errors):
+            assert error is None and result == engine.run_pipeline(bitcode, pipeline, target=target)
+        assert bpq.load_module(results[1]).instruction_count > bpq.load_module(results[2]).instruction_count
+        if workers:
+            assert results[3] is None and isinstance(errors[3], PassCrashError) and errors[3].module == "item3"
+            big = big_straight_line_module(tmp_path)
+            start = time.monotonic()
+            results, errors = engine.run_pipelines([looping.bitcode, big.bitcode], ["default<Oz>", SLOW],
+                                                   deadline=start + 1.0)
+            assert time.monotonic() - start < 1.5 and isinstance(errors[1], DeadlineError) and results[1] is None
+            assert errors[0] is None and bpq.load_module(results[0]).instruction_count == 25
+        with pytest.raises(ValueError, match="one pipeline and one target per module"):
+            engine.run_pipelines([looping.bitcode], ["default<Oz>", "default<O3>"])
+        assert engine.run_pipelines([], []) == ([], [])
+
+
 def test_spectra_reports_failures_and_keeps_the_rest(examples):
     probes = ProbeSet("crashy", (("-sroa",), ("-mem2reg", "-loop-rotate")))
     good = bpq.load_module(DATA / "autophase" / "switch_dup.ll")

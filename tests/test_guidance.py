@@ -43,7 +43,7 @@ class CountingEngine:
 
         self.engine = engine
         self.pipelines = 0
-        self._lock = threading.Lock()      # text-size searches call from one thread per worker
+        self._lock = threading.Lock()
 
     def autophase_tree(self, roots, parents, edges, **kw):
         with self._lock:
@@ -54,6 +54,11 @@ class CountingEngine:
         with self._lock:
             self.pipelines += 1
         return self.engine.run_pipeline(*a, **kw)
+
+    def run_pipelines(self, bitcodes, pipelines, **kw):
+        with self._lock:
+            self.pipelines += len(pipelines)
+        return self.engine.run_pipelines(bitcodes, pipelines, **kw)
 
     def __getattr__(self, name):
         return getattr(self.engine, name)

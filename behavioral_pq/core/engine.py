@@ -419,6 +419,57 @@ class Engine:
         return self._single(("run", bytes(bitcode), pipeline, *spec), name, pipeline=pipeline,
                             invalid=InvalidIRError, deadline=deadline)
 
+    def run_pipelines(self, bitcodes: Sequence[bytes], pipelines: Sequence[str], *,
+                      names: Optional[Sequence[str]] = None, targets: Optional[Sequence] = None,
+                      deadline: Optional[float] = None) -> Tuple[List[Optional[bytes]], List[Optional[BPQError]]]:
+        """:meth:`run_pipeline` of ``pipelines[i]`` on ``bitcodes[i]`` for every i, in target mode for
+        ``targets[i]`` (None, or no ``targets``: measure mode), spread over the engine's workers in one call
+        (concurrent :meth:`run_pipeline` calls take turns on the engine).
+
+        Returns (results, errors), N entries each: the bitcode after the pipeline, or None and the item's error
+        (InvalidIRError, PassCrashError, PassTimeoutError; a crash or a timeout costs that item alone). Past
+        ``deadline`` (a ``time.monotonic()`` value) the items not finished get DeadlineError."""
+        pipelines = [check_pipeline(p) for p in pipelines]
+        n = len(bitcodes)
+        if len(pipelines) != n or (targets is not None and len(targets) != n):
+            raise ValueError(f"run_pipelines needs one pipeline and one target per module: {n} modules, "
+                             f"{len(pipelines)} pipelines, {n if targets is None else len(targets)} targets")
+        names = list(names) if names is not None else [f"module[{i}]" for i in range(n)]
+        targets = list(targets) if targets is not None else [None] * n
+        specs = [(t.triple, t.cpu, t.features, t.size) if t is not None else ("",) * 4 for t in targets]
+        results: List[Optional[bytes]] = [None] * n
+        errors: List[Optional[BPQError]] = [None] * n
+        if self.workers == 0:
+            for i in range(n):
+                try:
+                    _check_deadline(deadline, names[i])
+                    results[i] = self._in_process(
+                        lambda i=i: native.run_pipeline(bitcodes[i], pipelines[i], None, *specs[i]), InvalidIRError)
+                except BPQError as exc:
+                    errors[i] = exc
+            return results, errors
+
+        def on_reply(task: _Task, reply) -> None:
+            status, value = reply
+            i = task.modules[0]
+            if status == "ok":
+                results[i] = value
+            else:
+                errors[i] = InvalidIRError(f"{names[i]}: {value}")
+
+        def on_failure(task: _Task, worker: _Worker, culprit, timed_out: bool) -> List[_Task]:
+            i = task.modules[0]
+            errors[i] = self._engine_error(worker, timed_out, names[i], pipelines[i], None)
+            return []
+
+        def on_deadline(task: _Task) -> None:
+            i = task.modules[0]
+            errors[i] = DeadlineError(f"{names[i]}: the deadline passed before the pass pipeline finished")
+
+        tasks = [_Task(("run", bytes(bitcodes[i]), pipelines[i], *specs[i]), modules=[i]) for i in range(n)]
+        self._execute(tasks, on_reply, on_failure, deadline=deadline, on_deadline=on_deadline)
+        return results, errors
+
     def open_session(self, bitcode: bytes, name: str = "module") -> "LiveSession":
         """A module kept live in this engine's session worker, to apply passes to one at a time (an environment's
         episode): see :class:`LiveSession`."""

@@ -179,55 +179,52 @@ class Trials:
 
     def _measure_built(self, candidates: List[Steps], deadline: Optional[float] = None
                        ) -> Tuple[List[Optional[int]], list]:
-        """Target mode: each candidate's pipeline, then its value on the result (IR instructions, or .text bytes of
-        llc's object); one thread per engine worker, so that llc runs beside the engine's next pipeline (the engine
-        runs one at a time). Results in the candidates' order."""
-
-        def one(steps: Steps) -> Tuple[Optional[int], Optional[BPQError], Optional[bytes]]:
-            try:
-                bitcode = self._built_result(steps, deadline)
-                if self.objective == "ir-count":
-                    return int(native.instruction_count(bitcode)), None, bitcode
-                left = 120.0 if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
-                try:
-                    return self._sizes(bitcode, timeout=min(120.0, left)), None, bitcode
-                except TimeoutError as exc:
-                    if deadline is None or left >= 120.0:
-                        raise
-                    raise DeadlineError(f"{self.module.name}: the deadline passed while llc ran") from exc
-            except BPQError as exc:  # a crashing pass or an llc failure: this candidate is unusable
-                return None, exc, None
-
-        threads = max(1, min(len(candidates), self.engine.workers))
-        if threads == 1:
-            results = [one(steps) for steps in candidates]
+        """Target mode: every candidate's pipeline, in one engine call spread over its workers, then its value on
+        the result: IR instructions, or .text bytes of llc's object (one llc per engine worker at a time). A
+        candidate that begins with a whole-pipeline step measured before (-Oz, -Os, -Oz-outline) and is compiled
+        for the same target continues from that step's result, as :func:`measure_text_pool` does: ``(-Oz, p)``
+        costs a run of ``p``. Results in the candidates' order."""
+        sources, pipelines = [], []
+        for steps in candidates:
+            head = steps[0]
+            if len(steps) > 1 and head in self._heads and self.target_for((head,)) == self.target_for(steps):
+                sources.append(self._heads[head])
+                pipelines.append(steps_pipeline(steps[1:]))
+            else:
+                sources.append(self.module.bitcode)
+                pipelines.append(steps_pipeline(steps))
+        built, errors = self.engine.run_pipelines(sources, pipelines, names=[self.module.name] * len(candidates),
+                                                  targets=[self.target_for(s) for s in candidates], deadline=deadline)
+        for steps, bitcode in zip(candidates, built):
+            if bitcode is not None and len(steps) == 1 and steps[0].lstrip("-") in BASELINES:
+                self._heads[steps[0]] = bitcode
+        values: List[Optional[int]] = [None] * len(candidates)
+        if self.objective == "ir-count":
+            for i, bitcode in enumerate(built):
+                if bitcode is not None:
+                    values[i] = int(native.instruction_count(bitcode))
         else:
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                results = list(pool.map(one, candidates))
-        values: List[Optional[int]] = []
-        errors: List[Optional[BPQError]] = []
-        for steps, (value, error, bitcode) in zip(candidates, results):
-            values.append(value)
-            errors.append(error)
-            if error is None:
-                self._keep(steps, bitcode, value)
-        return values, errors
+            def text(i: int) -> None:
+                left = 120.0 if deadline is None else deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise DeadlineError(f"{self.module.name}: the deadline passed before llc ran")
+                    try:
+                        values[i] = self._sizes(built[i], timeout=min(120.0, left))
+                    except TimeoutError as exc:
+                        if deadline is None or left >= 120.0:
+                            raise
+                        raise DeadlineError(f"{self.module.name}: the deadline passed while llc ran") from exc
+                except BPQError as exc:  # an llc failure: this candidate is unusable
+                    errors[i] = exc
 
-    def _built_result(self, steps: Steps, deadline: Optional[float]) -> bytes:
-        """The module after ``steps`` in target mode. A candidate that begins with a whole-pipeline step measured
-        before (-Oz, -Os, -Oz-outline) and is compiled for the same target continues from that step's result, as
-        :func:`measure_text_pool` does: ``(-Oz, p)`` costs a run of ``p``."""
-        head = steps[0]
-        if len(steps) > 1 and head in self._heads and self.target_for((head,)) == self.target_for(steps):
-            return self.engine.run_pipeline(self._heads[head], steps_pipeline(steps[1:]), self.module.name,
-                                            target=self.target_for(steps), deadline=deadline)
-        bitcode = self.engine.run_pipeline(self.module.bitcode, steps_pipeline(steps), self.module.name,
-                                           target=self.target_for(steps), deadline=deadline)
-        if len(steps) == 1 and head.lstrip("-") in BASELINES:
-            self._heads[head] = bitcode
-        return bitcode
+            done = [i for i, bitcode in enumerate(built) if bitcode is not None]
+            with ThreadPoolExecutor(max_workers=max(1, min(len(done), self.engine.workers))) as pool:
+                list(pool.map(text, done))
+        for i, steps in enumerate(candidates):
+            if errors[i] is None:
+                self._keep(steps, built[i], values[i])
+        return values, errors
 
     def _keep(self, steps: Steps, bitcode: bytes, value: int) -> None:
         """Keep the result of -Oz and of every candidate as small as the smallest so far (one of them is what
