@@ -93,6 +93,7 @@ def run_auto(args, module, target=None, started=None):
         raise ValueError("--objective text-size measures object code, which needs target mode: drop --target measure")
     if getattr(args, "ranker", None) and (args.library or args.learn):
         raise ValueError("--ranker chooses the candidates instead of a library: drop --library and --learn")
+    # recommend_pipeline refuses this too; said here in the CLI's terms, before the library and encoder load
     if args.learn and objective == "ir-count" and target is not None:
         raise ValueError("--learn keeps the search's instruction counts in the library, which holds them in measure "
                          "mode: add --target measure")

@@ -52,7 +52,8 @@ SIDES = ("target-mode search", "measure-mode search + finalists", "measure-mode 
 
 
 def finalists(found, count: int = FINALISTS) -> list:
-    """The searched best, then the next best distinct candidates that beat -Oz in the search's mode."""
+    """The searched best, then the next best distinct candidates that beat -Oz in the search's mode: what
+    `bpq optimize --auto` built for the host before its search counted there (the anchor, kept here alone)."""
     chosen = [tuple(found.steps)]
     ranked = sorted((value, i, tuple(steps)) for i, (steps, value) in enumerate(found.tried)
                     if value is not None and value < found.oz_count and tuple(steps) != (OZ,))
