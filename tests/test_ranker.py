@@ -687,7 +687,7 @@ def size_rows(tmp_path_factory, examples):
 
 def test_text_size_rows_are_the_bytes_each_pipeline_gives_from_scratch(size_rows, engine):
     from behavioral_pq.core.target import Target
-    from behavioral_pq.tasks.guidance.trials import measure_text_pool
+    from behavioral_pq.tasks.guidance.trials import measure_built_pool
 
     folder, modules = size_rows
     data = load_ranker_data(folder, "text-size")
@@ -708,7 +708,7 @@ def test_text_size_rows_are_the_bytes_each_pipeline_gives_from_scratch(size_rows
     assert measure_pool_rows(modules, folder, SIZE_POOL, engine=counting, objective="text-size") == (0, [])
     assert counting.pipelines == 0
     # a pass that changes nothing after -Oz gives -Oz's bitcode: llc is not run for it again
-    oz, values = measure_text_pool(modules[1], [(OZ, "-gvn"), (OZ, "-gvn", "-gvn")], engine, target)
+    oz, values = measure_built_pool(modules[1], [(OZ, "-gvn"), (OZ, "-gvn", "-gvn")], engine, target)
     assert values == [oz, oz]
 
 
@@ -823,3 +823,68 @@ def test_cli_measures_the_text_size_of_whole_programs_and_fits_a_ranker_on_them(
     code, _, err = bpq_main(capsys, "ranker", "measure", store, "--whole-programs", "--kind", "small",
                             "--out", tmp_path / "other")
     assert code == 2 and "--whole-programs" in err
+
+
+def from_scratch_count(module, steps, engine, target):
+    """IR instructions after ``steps`` run on ``module`` from scratch, built as a search for ``target`` builds it."""
+    from behavioral_pq.core.catalog import steps_pipeline
+    from behavioral_pq.tasks.guidance.trials import candidate_target
+
+    bitcode = engine.run_pipeline(module.bitcode, steps_pipeline(steps), module.name,
+                                  target=candidate_target(target, steps))
+    return bpq.load_module(bitcode, engine=engine).instruction_count
+
+
+def test_rows_for_a_target_are_the_counts_a_search_for_it_sees_and_keep_to_it(examples, engine, tmp_path):
+    from behavioral_pq.core.target import Target
+    from behavioral_pq.tasks.guidance.ranker import data_target
+
+    host = Target.host()
+    modules = [examples[n] for n in ("matmul", "sum_array", "list_sort")]
+    pool = TINY_POOL + [("-O3",)]
+    folder = tmp_path / "host-rows"
+    assert measure_pool_rows(modules, folder, pool, engine=engine, target=host, chunk=2) == (3, [])
+    data = load_ranker_data(folder)
+    assert data.target == data_target(folder) == host and data.objective == "ir-count"
+    for module, oz, row in zip(modules, data.oz, data.values):
+        assert oz == from_scratch_count(module, (OZ,), engine, host)
+        assert row.tolist() == [from_scratch_count(module, s, engine, host) for s in pool]
+    measure_pool_rows(modules, tmp_path / "measure-rows", pool, engine=engine)
+    measured = load_ranker_data(tmp_path / "measure-rows")
+    assert measured.target is None
+    o3 = pool.index(("-O3",))            # matmul under -O3: 69 instructions in measure mode, 72 for the host (marked)
+    assert measured.values[0, o3] == 69 and data.values[0, o3] == 72
+    with pytest.raises(RankerError, match=f"holds rows built for {host.triple}, CPU "):
+        measure_pool_rows(modules, folder, pool, engine=engine)
+    with pytest.raises(RankerError, match="holds rows built in measure mode"):
+        measure_pool_rows(modules, tmp_path / "measure-rows", pool, engine=engine, target=host)
+    counting = CountingEngine(engine)                                # resumed: nothing measured again
+    assert measure_pool_rows(modules, folder, pool, engine=counting, target=host) == (0, [])
+    assert counting.pipelines == 0
+
+
+def test_cli_measures_host_rows_over_a_rankers_pool_and_refuses_mixed_targets(cli_store, capsys, tmp_path, engine):
+    from behavioral_pq.core.target import Target
+
+    store, data = cli_store / "store", tmp_path / "host-data"
+    ranker = PipelineRanker.fit(np.zeros((3, 0), np.float32), np.zeros((3, len(TINY_POOL))), TINY_POOL, "none")
+    ranker.save(tmp_path / "tiny-ranker")
+    code, stdout, _ = bpq_main(capsys, "ranker", "measure", store, "--out", data, "--programs", 2,
+                               "--pool", tmp_path / "tiny-ranker", "--target", "host", "--json")
+    summary = json.loads(stdout)
+    rows = load_ranker_data(data)
+    assert code == 0 and summary["written"] == 2 and summary["pool"] == len(TINY_POOL)
+    assert rows.pool == TINY_POOL and rows.target == Target.host()
+    module = next(Corpus(store).iter_modules(only={rows.shas[0]}))
+    assert rows.values[0].tolist() == [from_scratch_count(module, s, engine, Target.host()) for s in TINY_POOL]
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--out", data, "--programs", 3)
+    assert code != 0 and f"holds rows built for {Target.host().triple}, CPU " in err and len(err.strip().splitlines()) == 1
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--out", tmp_path / "x", "--from", data,
+                            "--target", "measure")
+    assert code != 0 and f"holds rows built for {Target.host().triple}, CPU " in err and "these are in measure mode" in err
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--out", tmp_path / "y", "--objective",
+                            "text-size", "--target", "host")
+    assert code != 0 and "--target and --cpu are for instruction-count rows" in err
+    code, _, err = bpq_main(capsys, "ranker", "measure", store, "--out", tmp_path / "z", "--pool",
+                            tmp_path / "tiny-ranker", "--library", "shipped")
+    assert code != 0 and "--pool takes a ranker's pool" in err

@@ -83,13 +83,32 @@ def load_checked_ranker(path, encoder=None, objective=None, why=""):
     return ranker, encoder
 
 
+def _rows_target(args, known):
+    """Where ``bpq ranker measure`` builds its rows: measure mode by default, or ``--target``/``--cpu`` for
+    instruction counts; the rows of ``--from`` must be of the same target."""
+    from behavioral_pq.cli.common import cli_target
+
+    if args.target is None and args.cpu is None:
+        target = known.target if known is not None else None
+    elif args.objective == "text-size":
+        raise ValueError("--target and --cpu are for instruction-count rows; text-size rows are compiled as a "
+                         "text-size search compiles them (the host's triple, each function's own CPU)")
+    else:
+        target = cli_target(args)
+    if known is not None and known.target != target:
+        held = "in measure mode" if known.target is None else f"for {known.target}"
+        raise ValueError(f"--from {args.source} holds rows built {held}, these are "
+                         + ("in measure mode" if target is None else f"for {target}"))
+    return target
+
+
 def cmd_measure(args) -> int:
     import numpy as np
 
     from behavioral_pq.corpus.programs import split_whole_programs
     from behavioral_pq.corpus.reader import Corpus
-    from behavioral_pq.tasks.guidance.ranker import (load_ranker_data, measure_pool_rows, open_ranker_data,
-                                                    ranker_pool, text_size_pool)
+    from behavioral_pq.tasks.guidance.ranker import (load_ranker, load_ranker_data, measure_pool_rows,
+                                                    open_ranker_data, ranker_pool, text_size_pool)
 
     if args.programs is not None and args.programs < 1:
         raise ValueError(f"--programs must be >= 1, got {args.programs}")
@@ -108,6 +127,9 @@ def cmd_measure(args) -> int:
         if args.objective is not None and args.objective != known.objective:
             raise ValueError(f"--from {args.source} holds {known.objective} rows, not --objective {args.objective}")
     args.objective = args.objective or (known.objective if known is not None else "ir-count")
+    target = _rows_target(args, known)
+    if args.pool is not None and (args.library is not None or known is not None):
+        raise ValueError("--pool takes a ranker's pool; --library and --from choose the pool another way: give one")
     corpus = Corpus(args.store)
     if args.whole_programs:
         programs = list(split_whole_programs(args.store, args.split, max_instructions=args.max_instructions))
@@ -129,16 +151,21 @@ def cmd_measure(args) -> int:
         if args.programs is not None and args.programs < len(shas):
             shas = sorted(np.random.default_rng(args.seed).choice(shas, args.programs, replace=False).tolist())
         modules, total = corpus.iter_modules(only=set(shas)), len(shas)
-    if (out / "pool.json").exists() and args.library is None:
+    if (out / "pool.json").exists() and args.library is None and args.pool is None:
         pool = open_ranker_data(out, objective=args.objective)  # resumed or extended: the folder's pool
+    elif args.pool is not None:
+        ranker = load_ranker(args.pool)
+        if ranker.objective != args.objective:
+            raise ValueError(f"--pool {args.pool}: a ranker of {ranker.objective}, these rows count {args.objective}")
+        pool = ranker.pool
     elif known is not None:
         pool = known.pool
     elif args.objective == "text-size":
         pool = text_size_pool()
     else:
         pool = ranker_pool(_library(args))  # a new folder; or the library's pool, checked against the folder's
-    written, failures = measure_pool_rows(modules, out, pool, objective=args.objective, progress=not args.json,
-                                          total=total, known=known)
+    written, failures = measure_pool_rows(modules, out, pool, objective=args.objective, target=target,
+                                          progress=not args.json, total=total, known=known)
     rows = len(load_ranker_data(out, args.objective).shas)
     if args.json:
         print_json({"data": str(out), "modules": total, "written": written, "rows": rows, "pool": len(pool),
@@ -267,7 +294,8 @@ def cmd_fit(args) -> int:
                                 identity=ranker_identity(args.representation, encoder), seed=args.seed,
                                 objective=data.objective)
     ranker.training.update(data=str(args.data), store=str(args.corpus), groups=len(set(groups)),
-                           left_out=left_out, notes=notes, max_instructions=args.max_instructions)
+                           left_out=left_out, notes=notes, max_instructions=args.max_instructions,
+                           target=None if data.target is None else data.target.to_dict())
     ranker.save(args.out, overwrite=args.overwrite)
     training = ranker.training
     if args.json:
@@ -399,6 +427,15 @@ def add_parsers(sub) -> None:
                    help="measure the split's whole programs (each unit defining main linked with the units it needs, "
                         "every definition but main made internal, as bpq compile --whole-program builds them) "
                         "instead of its modules")
+    m.add_argument("--pool", metavar="RANKER",
+                   help="measure the pool of this ranker folder (e.g. checkpoints/ranker-none-real-s0, the shipped "
+                        "ranker's pool, deepened) instead of building one from the library")
+    m.add_argument("--target", default=None, metavar="TRIPLE",
+                   help="instruction-count rows built and counted as a search for this target counts its candidates "
+                        "(bpq optimize --auto searches for the host): 'host', a triple such as x86_64-pc-linux-gnu, "
+                        "or 'measure' (default: measure mode, as labels and spectra are made)")
+    m.add_argument("--cpu", metavar="NAME", help="CPU of --target (default: the host's with --target host, else "
+                                                 "generic), e.g. x86-64-v3, znver4")
     m.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     m.set_defaults(func=cmd_measure)
 

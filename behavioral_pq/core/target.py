@@ -62,6 +62,13 @@ class Target:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def __str__(self) -> str:
+        """For people: ``x86_64-pc-linux-gnu, CPU znver4`` (features left out; their count said when given)."""
+        cpu = f"CPU {self.cpu}" if self.cpu else "each function's own CPU"
+        features = f" with {len(self.features.split(','))} features" if self.features else ""
+        size = f", marked for -{self.size}" if self.size else ""
+        return f"{self.triple}, {cpu}{features}{size}"
+
 
 TargetLike = Union[None, str, Target]
 

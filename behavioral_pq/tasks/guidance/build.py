@@ -280,8 +280,9 @@ def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], sea
     old columns copied and only the new ones measured. Resumable: the searches' winners are kept in
     ``out/deep.json``, and rows already in ``out`` are skipped.
 
-    The searches and the rows are of the objective ``data`` holds: IR instructions, or .text bytes (each search
-    then the text-size search, its winners those smaller than -Oz's .text).
+    The searches and the rows are of the objective and target ``data`` holds: IR instructions (in measure mode or
+    built for a target), or .text bytes (each search then the text-size search, its winners those smaller than
+    -Oz's .text).
 
     On 40 real valid modules (<= 5,000 instructions), 80 deep searches at budget 300 on train modules of <= 3,000
     instructions added 116 pipelines to the 473, and the no-module ranker at budget 50 went from 1.0206 to 1.0225
@@ -303,7 +304,8 @@ def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], sea
                                     objective=objective)
         winners: Dict[Steps, None] = {}
         for module in tqdm(searched, disable=not progress, desc="deep searches", unit="module"):
-            found_here, _ = _search(module, budget, ranker=ranker, engine=engine, seed=seed, objective=objective)
+            found_here, _ = _search(module, budget, ranker=ranker, engine=engine, seed=seed, objective=objective,
+                                    target=base.target)
             oz = found_here.oz_text_size if objective == "text-size" else found_here.oz_count
             good = sorted(((c, s) for s, c in found_here.tried if c is not None and c < oz),
                           key=lambda cs: (cs[0], len(cs[1])))
@@ -315,5 +317,5 @@ def deepen_pool(data: Union[str, os.PathLike], out: Union[str, os.PathLike], sea
                                        "found": [encode_steps(s) for s in found]}) + "\n")
     new = [s for s in dict.fromkeys(found) if s not in set(base.pool)]
     written, failures = measure_pool_rows(rows, out, base.pool + new, engine=engine, objective=objective,
-                                          progress=progress, total=len(rows), known=base)
+                                          target=base.target, progress=progress, total=len(rows), known=base)
     return len(new), written, failures

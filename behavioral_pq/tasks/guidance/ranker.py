@@ -61,7 +61,7 @@ from behavioral_pq.tasks.guidance.library import (
     encode_steps,
     mutate_steps,
 )
-from behavioral_pq.tasks.guidance.trials import OBJECTIVES, check_objective, measure_text_pool
+from behavioral_pq.tasks.guidance.trials import OBJECTIVES, check_objective, measure_built_pool
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,8 @@ class RankerData:
     pipelines (NaN where one failed), ``oz`` int64 (N,) after -Oz, for the modules ``shas`` (N,). ``left_out``:
     the passes the measurements left out of every pipeline (:data:`~behavioral_pq.core.catalog.MEANING_CHANGING`,
     as searches run them; empty for folders written before that, whose cells for pipelines holding those passes
-    are stale: see :meth:`stale_columns`)."""
+    are stale: see :meth:`stale_columns`). ``target``: where the rows were built and counted (None: measure mode
+    for ``ir-count``, the default target of a text-size search for ``text-size``)."""
 
     pool: List[Steps]
     objective: str
@@ -172,6 +173,7 @@ class RankerData:
     seconds: np.ndarray
     names: Optional[List[str]] = None
     left_out: Tuple[str, ...] = ()
+    target: Optional[Target] = None
 
     def stale_columns(self) -> List[int]:
         """Columns measured with a pass that searches now leave out: on a module the pass changes (exceptions,
@@ -188,7 +190,8 @@ class RankerData:
         rows = [index[s] for s in keep if s in index]
         return RankerData(self.pool, self.objective, [self.shas[i] for i in rows], self.oz[rows],
                           self.values[rows], self.seconds[rows],
-                          [self.names[i] for i in rows] if self.names is not None else None, self.left_out)
+                          [self.names[i] for i in rows] if self.names is not None else None, self.left_out,
+                          self.target)
 
 
 def _data_config(folder: Path) -> Path:
@@ -204,9 +207,10 @@ def _left_out(data: dict) -> Tuple[str, ...]:
 
 
 def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[Steps]] = None,
-                     objective: Optional[str] = "ir-count") -> List[Steps]:
-    """Create ``folder`` for the rows of ``pool`` (or check that it holds rows of that pool and ``objective``;
-    None: whichever it holds) and return the pool it holds. With ``pool=None`` the folder must exist. A new folder
+                     objective: Optional[str] = "ir-count", target: Optional[Target] = None) -> List[Steps]:
+    """Create ``folder`` for the rows of ``pool`` built for ``target`` (or check that it holds rows of that pool
+    and ``objective``; None: whichever it holds) and return the pool it holds (:func:`data_target` tells the
+    target of a folder's rows). With ``pool=None`` the folder must exist. A new folder
     records that its rows leave :data:`LEFT_OUT` out of every pipeline (:func:`measure_pool_rows` adds no rows to a
     folder written before, whose rows hold them: it measures them into a new folder, given the old as ``known``)."""
     folder = Path(folder)
@@ -224,6 +228,7 @@ def open_ranker_data(folder: Union[str, os.PathLike], pool: Optional[Sequence[St
     check_objective(objective or "")
     folder.mkdir(parents=True, exist_ok=True)
     body = {"format": DATA_FORMAT, "format_version": FORMAT_VERSION, "objective": objective,
+            "target": None if target is None else target.to_dict(),
             "pool": [encode_steps(s) for s in pool], "left_out": list(LEFT_OUT), "versions": versions()}
     with atomic_path(config) as tmp:
         tmp.write_text(json.dumps(seal(body), separators=(",", ":")) + "\n")
@@ -240,6 +245,22 @@ def data_objective(folder: Union[str, os.PathLike]) -> str:
     return check_objective(str(_read_data_config(Path(folder)).get("objective")))
 
 
+def data_target(folder: Union[str, os.PathLike]) -> Optional[Target]:
+    """The target ``folder``'s rows were built for (None: measure mode, or for text-size rows the text-size
+    search's default target; folders written before rows recorded a target hold such rows)."""
+    held = _read_data_config(Path(folder)).get("target")
+    if held is None:
+        return None
+    if not isinstance(held, dict) or not all(isinstance(held.get(k, ""), str) for k in ("triple", "cpu",
+                                                                                          "features", "size")):
+        raise RankerError(f"{folder}: its target is not a triple, CPU, features and size: {held!r}")
+    try:
+        return Target(held.get("triple", ""), held.get("cpu", "generic"), held.get("features", ""),
+                      held.get("size", ""))
+    except ValueError as exc:
+        raise RankerError(f"{folder}: {exc}") from exc
+
+
 def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] = "ir-count") -> RankerData:
     """Every row written to ``folder`` by :func:`measure_pool_rows` (chunks ``rows-*.npz``); ``objective``: the
     one the rows must be of (None: whichever they are of)."""
@@ -248,6 +269,7 @@ def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] =
     config = _read_data_config(folder)
     objective = objective or check_objective(str(config.get("objective")))
     left_out = _left_out(config)
+    target = data_target(folder)
     shas: List[str] = []
     names: List[str] = []
     oz, values, seconds = [], [], []
@@ -265,9 +287,13 @@ def load_ranker_data(folder: Union[str, os.PathLike], objective: Optional[str] =
             seconds.append(np.asarray(data["seconds"], np.float64))
     if not shas:
         return RankerData(pool, objective, [], np.zeros(0, np.int64), np.zeros((0, len(pool))), np.zeros(0),
-                          left_out=left_out)
+                          left_out=left_out, target=target)
     return RankerData(pool, objective, shas, np.concatenate(oz), np.concatenate(values), np.concatenate(seconds),
-                      names, left_out)
+                      names, left_out, target)
+
+
+def _where(target: Optional[Target]) -> str:
+    return "in measure mode (or for text size's default target)" if target is None else f"for {target}"
 
 
 def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: Sequence[Steps], *, engine=None,
@@ -276,9 +302,11 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
                       ) -> Tuple[int, List[dict]]:
     """Measure every pipeline of ``pool`` on each module and append the rows to ``folder`` in chunks of ``chunk``
     modules; modules already there are skipped, so a killed run resumes. ``objective``: ``ir-count`` (IR
-    instructions in measure mode) or ``text-size`` (.text bytes, each pipeline compiled for ``target`` as a
-    text-size search compiles it: :func:`~behavioral_pq.tasks.guidance.trials.measure_text_pool`; default target:
-    the host's triple with each function's own CPU). ``known``: rows measured before (of another pool, or of the
+    instructions: in measure mode, or with ``target`` each pipeline built for it as a search for that target
+    builds its candidates) or ``text-size`` (.text bytes, each pipeline compiled for ``target`` as a text-size
+    search compiles it; default target: the host's triple with each function's own CPU); see
+    :func:`~behavioral_pq.tasks.guidance.trials.measure_built_pool`. A folder keeps the rows of one target
+    (RankerError for another). ``known``: rows measured before (of another pool, or of the
     same one): their values are copied, and only the pipelines of ``pool`` they lack, or hold stale
     (:meth:`RankerData.stale_columns`: measured before searches left :data:`LEFT_OUT` out), are measured on their
     modules. A folder of stale rows takes no more rows (RankerError): give it as ``known`` to a new folder.
@@ -289,12 +317,14 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
     from tqdm import tqdm
 
     check_objective(objective)
-    if objective == "text-size" and target is None:
-        target = Target.module_cpus()
     engine = engine or default_engine()
     folder = Path(folder)
-    pool = open_ranker_data(folder, pool, objective)
+    pool = open_ranker_data(folder, pool, objective, target)
     held = load_ranker_data(folder, objective)
+    if held.target != target:
+        raise RankerError(f"{folder}: holds rows built {_where(held.target)}, not {_where(target)}; use a new folder")
+    if objective == "text-size" and target is None:
+        target = Target.module_cpus()
     if held.stale_columns():
         raise RankerError(f"{folder}: its rows were measured with {' and '.join(LEFT_OUT)} in "
                           f"{len(held.stale_columns())} pipelines, which searches now leave out; measure into a new "
@@ -328,8 +358,8 @@ def measure_pool_rows(modules: Iterable, folder: Union[str, os.PathLike], pool: 
         row = known_rows.get(module.sha256)
         try:
             wanted = pool if row is None else missing
-            oz, counts = (measure_pool(module, wanted, engine) if objective == "ir-count"
-                          else measure_text_pool(module, wanted, engine, target))
+            oz, counts = (measure_pool(module, wanted, engine) if target is None
+                          else measure_built_pool(module, wanted, engine, target, objective))
         except BPQError as exc:
             failures.append({"program": module.sha256, "error": f"{type(exc).__name__}: {exc}"})
             continue

@@ -182,7 +182,7 @@ class Trials:
         """Target mode: every candidate's pipeline, in one engine call spread over its workers, then its value on
         the result: IR instructions, or .text bytes of llc's object (one llc per engine worker at a time). A
         candidate that begins with a whole-pipeline step measured before (-Oz, -Os, -Oz-outline) and is compiled
-        for the same target continues from that step's result, as :func:`measure_text_pool` does: ``(-Oz, p)``
+        for the same target continues from that step's result, as :func:`measure_built_pool` does: ``(-Oz, p)``
         costs a run of ``p``. Results in the candidates' order."""
         sources, pipelines = [], []
         for steps in candidates:
@@ -297,17 +297,18 @@ class Trials:
         return {s: c for s, c in self.counts.items() if c is not None}
 
 
-def measure_text_pool(module: Module, pool: Iterable[Steps], engine, target: Target
-                      ) -> Tuple[int, List[Optional[int]]]:
-    """.text bytes after -Oz and after each pipeline of ``pool`` on ``module`` (None where one failed), measured as
-    a text-size search measures its candidates (:class:`Trials`): each compiled for :func:`candidate_target` of
-    ``target``, a pipeline that begins with a whole-pipeline step (``-Oz``, ``-Os``, ``-Oz-outline``) continuing
-    from that step's result, which is measured first, once. A pipeline is measured as the search runs it, without
-    the passes that change what the program does. Raises the error of -Oz when -Oz fails."""
+def measure_built_pool(module: Module, pool: Iterable[Steps], engine, target: Target, objective: str = "text-size"
+                       ) -> Tuple[int, List[Optional[int]]]:
+    """The objective's value (.text bytes, or IR instructions) after -Oz and after each pipeline of ``pool`` on
+    ``module`` (None where one failed), measured as a search in target mode measures its candidates
+    (:class:`Trials`): each built for :func:`candidate_target` of ``target``, a pipeline that begins with a
+    whole-pipeline step (``-Oz``, ``-Os``, ``-Oz-outline``) continuing from that step's result, which is measured
+    first, once. A pipeline is measured as the search runs it, without the passes that change what the program
+    does. Raises the error of -Oz when -Oz fails."""
     pool = [tuple(steps) for steps in pool]
     heads = [(head,) for head in dict.fromkeys(steps[0] for steps in pool if len(steps) > 1)
              if head.lstrip("-") in BASELINES]
-    trials = Trials(module, engine, len(heads) + len(pool), objective="text-size", target=target)
+    trials = Trials(module, engine, len(heads) + len(pool), objective=objective, target=target)
     trials.run(heads, "pool")
     trials.run(pool, "pool")
     return trials.oz_count, [trials.counts.get(meaning_preserving(steps)) for steps in pool]
