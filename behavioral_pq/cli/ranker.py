@@ -41,6 +41,10 @@ and pipelines none trained on:
   bpq corpus spectra store/
   for s in train valid test; do bpq ranker measure store/ --split $s --out ranker-data; done
   bpq ranker behavior ranker-data --corpus store/ --out behavior-report
+prior reads the local search's edit prior off rows built for a target: for each catalog pass, how often -Oz
+followed by it beat -Oz (the shipped prior, used when a search counts instructions for a target, is
+behavioral_pq/data/edit-prior-host.json):
+  bpq ranker measure store/ --target host --out host-rows && bpq ranker prior host-rows --out prior.json
 """
 
 
@@ -312,6 +316,28 @@ def cmd_fit(args) -> int:
     return 0
 
 
+def cmd_prior(args) -> int:
+    from behavioral_pq.cli.common import check_output
+    from behavioral_pq.tasks.guidance.edits import edit_weights, save_edit_prior
+    from behavioral_pq.tasks.guidance.ranker import load_ranker_data
+
+    out = check_output(args.out, overwrite=args.overwrite)
+    data = load_ranker_data(args.data)
+    if not data.shas:
+        raise ValueError(f"{args.data}: holds no rows yet (bpq ranker measure)")
+    weights = edit_weights(data, args.floor)
+    save_edit_prior(out, weights, modules=len(data.shas), target=data.target, floor=args.floor)
+    top = sorted(weights.items(), key=lambda kv: -kv[1])[:8]
+    if args.json:
+        print_json({"prior": str(out), "modules": len(data.shas), "floor": args.floor,
+                    "top": [{"pass": f, "weight": w} for f, w in top]})
+        return 0
+    where = "in measure mode" if data.target is None else f"built for {data.target}"
+    print(f"wrote {out}: an edit prior over {len(weights)} passes from {len(data.shas)} modules' rows {where}")
+    print("  most weight: " + ", ".join(f"{f} {w:.3f}" for f, w in top))
+    return 0
+
+
 def cmd_show(args) -> int:
     import math
 
@@ -518,6 +544,17 @@ def add_parsers(sub) -> None:
     b.add_argument("--seed", type=int, default=0, help="seed of the held-out pipelines and the training (default 0)")
     b.add_argument("--json", action="store_true", help="machine-readable summary (no progress bar)")
     b.set_defaults(func=cmd_behavior)
+
+    pr = rsub.add_parser("prior", help="the local search's edit prior, read off rows: which passes beat -Oz after it",
+                         epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    pr.add_argument("data", metavar="DATA", help="training-data folder (bpq ranker measure; -Oz followed by each "
+                                                 "catalog pass is in the default pool)")
+    pr.add_argument("--out", required=True, metavar="FILE.json", help="the edit-prior file to write")
+    pr.add_argument("--floor", type=float, default=0.02,
+                    help="weight of a pass that never beat -Oz, against 1 for one that always did (default 0.02)")
+    pr.add_argument("--overwrite", action="store_true", help="write through FILE.json when it is a symbolic link")
+    pr.add_argument("--json", action="store_true", help="machine-readable summary")
+    pr.set_defaults(func=cmd_prior)
 
     s = rsub.add_parser("show", help="what a ranker was fitted on and what it tries first without module input",
                         epilog=RANKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -61,10 +61,16 @@ GENERIC: Tuple[Steps, ...] = ((OZ, OZ), OZ_LIKE_ORDER, OZ_LIKE_ORDER * 2, (OZ,) 
 
 
 
-def mutate_steps(steps: Steps, rng: random.Random, vocabulary: Sequence[str] = ()) -> Steps:
+def mutate_steps(steps: Steps, rng: random.Random, vocabulary: Sequence[str] = (),
+                 weights: Optional[Sequence[float]] = None) -> Steps:
     """One random edit: append, insert or replace a pass (from ``vocabulary`` half the time when one is given,
-    else any catalog pass), or delete one. Whole-pipeline steps (-Oz, -Os) are never removed or replaced."""
-    flag = rng.choice(vocabulary) if vocabulary and rng.random() < 0.5 else rng.choice(PASSES).flag
+    else a catalog pass: uniformly, or by ``weights``, one per pass of :data:`PASSES`, such as
+    :func:`~behavioral_pq.tasks.guidance.edits.load_edit_prior` gives), or delete one. Whole-pipeline steps (-Oz,
+    -Os) are never removed or replaced."""
+    if vocabulary and rng.random() < 0.5:
+        flag = rng.choice(vocabulary)
+    else:
+        flag = (rng.choice(PASSES) if weights is None else rng.choices(PASSES, weights=weights)[0]).flag
     op = rng.choice(("append", "insert", "replace", "delete"))
     s = list(steps)
     movable = [i for i, x in enumerate(s) if x.lstrip("-") not in BASELINES]

@@ -25,6 +25,7 @@ from behavioral_pq.embedding.encoder import SAMPLE_ABOVE, load_encoder
 from behavioral_pq.embedding.sampling import SAMPLE_BUDGET
 from behavioral_pq.embedding.spectrum import spectra
 from behavioral_pq.errors import DeadlineError
+from behavioral_pq.tasks.guidance.edits import load_edit_prior
 from behavioral_pq.tasks.guidance.library import OZ, ProgramLibrary, Steps, default_library, mutate_steps
 from behavioral_pq.tasks.guidance.ranker import check_ranker, default_ranker, load_ranker, representation_rows
 from behavioral_pq.tasks.guidance.trials import (
@@ -59,28 +60,37 @@ RANKED_SHARE = 0.6
 RANKED_ROUND = 0
 
 def _local_search(trials: Trials, start: Steps, rng: random.Random, vocabulary: Sequence[str],
-                  batch: int = 4, deadline: Optional[float] = None) -> None:
+                  batch: int = 4, deadline: Optional[float] = None,
+                  weights: Optional[Sequence[float]] = None) -> None:
     """Spend what is left of the budget on random edits of the best pipeline so far (``start`` while -Oz leads),
-    until ``deadline`` (a ``time.monotonic()`` value) if one is given."""
+    until ``deadline`` (a ``time.monotonic()`` value) if one is given; ``weights``: the catalog half's edit prior
+    (see :func:`mutate_steps`)."""
     stalls = 0
     while trials.left > 0 and stalls < 50 and (deadline is None or time.monotonic() < deadline):
         best = trials.best()[0]
         base = start if best == (OZ,) else best
         before = trials.compilations
-        if not trials.run([mutate_steps(base, rng, vocabulary) for _ in range(min(trials.left, batch))], "local search",
-                          deadline=deadline):
+        edits = [mutate_steps(base, rng, vocabulary, weights) for _ in range(min(trials.left, batch))]
+        if not trials.run(edits, "local search", deadline=deadline):
             return
         stalls = stalls + 1 if trials.compilations == before else 0
 
 
 def _try_then_search_locally(trials: Trials, candidates: List[Steps], origin: str, seed: int,
-                             end: Optional[float], notes: List[str]) -> None:
+                             end: Optional[float], notes: List[str], *, gaining: bool = False,
+                             weights: Optional[Sequence[float]] = None) -> None:
     """Measure ``candidates`` (from ``origin``), then spend the rest of the budget on a local search around the
-    best found, with their passes as its vocabulary, until ``end``; note when the time bound ended it early."""
+    best found, with their passes as its vocabulary, until ``end``; note when the time bound ended it early.
+    ``gaining``: the vocabulary is the passes of the candidates that beat -Oz on this module (all candidates'
+    when none did); ``weights``: the edit prior of the catalog half (see :func:`mutate_steps`)."""
     trials.run(candidates, origin, deadline=end)
     vocabulary = sorted({x for s in candidates for x in s if x != OZ})
+    if gaining:
+        counts = [trials.counts.get(meaning_preserving(s)) for s in candidates]
+        better = [s for s, c in zip(candidates, counts) if c is not None and c < trials.oz_count]
+        vocabulary = sorted({x for s in better for x in s if x != OZ}) or vocabulary
     rng = random.Random(f"{seed}:{trials.module.sha256}")
-    _local_search(trials, candidates[0] if candidates else (OZ,), rng, vocabulary, deadline=end)
+    _local_search(trials, candidates[0] if candidates else (OZ,), rng, vocabulary, deadline=end, weights=weights)
     if end is not None and trials.left > 0 and time.monotonic() >= end and not notes:
         notes.append(f"the time bound ended the search after {trials.compilations} of {trials.budget} compilations")
 
@@ -401,7 +411,9 @@ def _ranked_search(module, budget: int, ranker, *, engine, encoder=None, seed: i
     picks = budget if budget <= 2 else max(1, int(round(budget * ranked_share)))
     chosen = ranked_rounds(trials, ranker, row, max(0, picks - trials.compilations), deadline=end,
                            round_size=RANKED_ROUND)
-    _try_then_search_locally(trials, chosen, "ranker", seed, end, notes)
+    host = objective == "ir-count" and target is not None   # edits for a target: the module's gains and the prior
+    _try_then_search_locally(trials, chosen, "ranker", seed, end, notes, gaining=host,
+                             weights=load_edit_prior() if host else None)
     found = recommendation_from(trials, start, probe_compilations=probe_compilations, notes=tuple(notes))
     return found, trials
 
