@@ -229,4 +229,8 @@ def test_progress_names_each_step_and_ends_at_its_total(tmp_path):
                           f"check {SPEED_CANDIDATES[0].label}"]
     assert seen[-1].phase == "time 2 builds, 2 runs each" and seen[-1].done == seen[-1].total == 8
     assert [s.done for s in seen] == sorted(s.done for s in seen)
-    assert backend.last.chosen == O3_BUILD and "too short to rank builds" in backend.last.reason
+    # -O3 either way: "hello" runs in about 1 ms (too short to rank builds), or, on a loaded or cold machine,
+    # just over the 5 ms floor, where 2 runs per build are too few to show a build faster
+    assert backend.last.chosen == O3_BUILD
+    assert ("too short to rank builds" in backend.last.reason
+            or "2 runs per build cannot show a build faster" in backend.last.reason), backend.last.reason

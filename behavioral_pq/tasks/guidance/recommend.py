@@ -205,7 +205,9 @@ def recommend_pipeline(module, budget: int = 10, *, library: Optional[ProgramLib
             marked as clang -Oz marks them (:func:`~behavioral_pq.tasks.guidance.trials.candidate_target`).
         target: where the candidates are built and counted: None or ``"measure"`` (measure mode; for text-size,
             the default target above), ``"host"``, a triple or a :class:`~behavioral_pq.core.target.Target`
-            (:func:`~behavioral_pq.core.target.resolve_target`). ``learn`` needs measure mode for ir-count.
+            (:func:`~behavioral_pq.core.target.resolve_target`). ``learn`` needs measure mode for ir-count. An
+            ir-count search for a target edits in its local search with the passes of the ranker's picks that beat
+            -Oz on the module and the shipped edit prior (:mod:`~behavioral_pq.tasks.guidance.edits`).
         seconds: a bound on the call's wall time, from its start: the search stops there whatever is left of
             ``budget`` (with a large budget it is time-bound, as baselines given a fixed wall time are). -Oz is
             always measured, first, however long it takes (``notes`` says when it alone overran). Loading the
