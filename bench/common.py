@@ -98,3 +98,15 @@ def instruction_counts(corpus) -> Dict[str, int]:
     """sha256 -> IR instruction count of every module of a :class:`~behavioral_pq.corpus.Corpus`."""
     table = corpus.modules(["sha256", "instruction_count"]).to_pydict()
     return dict(zip(table["sha256"], table["instruction_count"]))
+
+
+def even_by_bucket(shas: Iterable[str], sizes: Dict[str, int], count: int) -> list:
+    """About ``count`` of ``shas`` spread evenly over the size buckets they fall in: the first ``count // buckets``
+    of each bucket in hash order, buckets from small to large (deterministic)."""
+    from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_bucket
+
+    by_bucket: Dict[str, list] = {}
+    for sha in sorted(shas):
+        by_bucket.setdefault(size_bucket(sizes[sha]), []).append(sha)
+    per = max(1, count // max(1, len(by_bucket)))
+    return [sha for bucket in BUCKET_NAMES for sha in by_bucket.get(bucket, [])[:per]]

@@ -253,11 +253,7 @@ def main() -> int:
     if args.searches:
         pick = sorted(s for s in held.shas if sizes[s] <= args.search_max
                       and (args.search_split is None or splits.get(s) == args.search_split))
-        by_bucket = {}
-        for s in pick:
-            by_bucket.setdefault(size_bucket(sizes[s]), []).append(s)
-        per = max(1, args.searches // max(1, len(by_bucket)))
-        chosen = [s for b in BUCKETS for s in by_bucket.get(b, [])[:per]]
+        chosen = common.even_by_bucket(pick, sizes, args.searches)
         shares = [float(x) for x in args.shares.split(",")]
         searched = {ANCHOR: (None if args.ranker is None else anchor, shares[0]),
                     "fitted on host rows": (rankers["fitted on host rows"], shares[0])}

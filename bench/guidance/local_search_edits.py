@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for common
 import common  # noqa: E402
 
-from behavioral_pq.core.catalog import PASSES, meaning_preserving  # noqa: E402
+from behavioral_pq.core.catalog import PASSES  # noqa: E402
 from behavioral_pq.core.engine import Engine  # noqa: E402
 from behavioral_pq.core.target import Target  # noqa: E402
 from behavioral_pq.corpus.buckets import size_bucket  # noqa: E402
@@ -42,71 +40,19 @@ from behavioral_pq.corpus.reader import Corpus  # noqa: E402
 from behavioral_pq.tasks.guidance import recommend as recommend_module  # noqa: E402
 from behavioral_pq.tasks.guidance import recommend_pipeline  # noqa: E402
 from behavioral_pq.tasks.guidance.behavior import bootstrap_interval  # noqa: E402
-from behavioral_pq.tasks.guidance.library import BASELINES, OZ  # noqa: E402
+from behavioral_pq.tasks.guidance.edits import edit_weights  # noqa: E402
 from behavioral_pq.tasks.guidance.ranker import load_ranker_data  # noqa: E402
 
 BUCKETS = ("<200", "200-1k", "1k-5k", "5k-50k", ">50k")
 SIDES = ("uniform (before)", "gaining vocabulary", "pass prior", "both (shipped)")
 BEFORE = SIDES[0]
-#: the pass prior's floor: the weight of a pass that never beat -Oz, against 1 for one that always did
-FLOOR = 0.02
-
-
-def pass_prior(rows) -> np.ndarray:
-    """float64 (len(PASSES),): for each catalog pass, the share of the rows' modules on which ``(-Oz, pass)`` beat
-    -Oz, plus :data:`FLOOR`."""
-    column = {s: j for j, s in enumerate(rows.pool)}
-    weights = np.full(len(PASSES), FLOOR)
-    for i, p in enumerate(PASSES):
-        j = column.get((OZ, p.flag))
-        if j is not None:
-            values = rows.values[:, j]
-            weights[i] += float(np.nanmean(values < rows.oz))
-    return weights
-
-
-def weighted_edit(steps, rng: random.Random, vocabulary, weights):
-    """``library.mutate_steps`` with the catalog half drawn by ``weights`` (uniform when None)."""
-    if vocabulary and rng.random() < 0.5:
-        flag = rng.choice(vocabulary)
-    else:
-        flag = (rng.choices(PASSES, weights=weights)[0] if weights is not None else rng.choice(PASSES)).flag
-    op = rng.choice(("append", "insert", "replace", "delete"))
-    s = list(steps)
-    movable = [i for i, x in enumerate(s) if x.lstrip("-") not in BASELINES]
-    if op == "append" or not movable:
-        s.append(flag)
-    elif op == "insert":
-        s.insert(rng.randrange(len(s) + 1), flag)
-    elif op == "replace":
-        s[rng.choice(movable)] = flag
-    elif len(s) > 1:
-        del s[rng.choice(movable)]
-    return tuple(s)
-
-
 @contextmanager
 def local_search(gaining: bool, weights):
     """The search's ``_try_then_search_locally`` replaced by one with the side's vocabulary and edit weights."""
     original = recommend_module._try_then_search_locally
 
-    def replaced(trials, candidates, origin, seed, end, notes):
-        trials.run(candidates, origin, deadline=end)
-        vocabulary = sorted({x for s in candidates for x in s if x != OZ})
-        if gaining:
-            better = [s for s in candidates if (trials.counts.get(meaning_preserving(s)) or math.inf) < trials.oz_count]
-            vocabulary = sorted({x for s in better for x in s if x != OZ}) or vocabulary
-        rng = random.Random(f"{seed}:{trials.module.sha256}")
-        start = candidates[0] if candidates else (OZ,)
-        stalls = 0
-        while trials.left > 0 and stalls < 50 and (end is None or time.monotonic() < end):
-            best = trials.best()[0]
-            base = start if best == (OZ,) else best
-            before = trials.compilations
-            edits = [weighted_edit(base, rng, vocabulary, weights) for _ in range(min(trials.left, 4))]
-            if not trials.run(edits, "local search", deadline=end):
-                return
-            stalls = stalls + 1 if trials.compilations == before else 0
+    def replaced(trials, candidates, origin, seed, end, notes, **_):
+        original(trials, candidates, origin, seed, end, notes, gaining=gaining, weights=weights)
 
     recommend_module._try_then_search_locally = replaced
     try:
@@ -170,14 +116,10 @@ def main() -> int:
     sizes = common.instruction_counts(corpus)
     splits = corpus.store.splits()
     train = load_ranker_data(args.train_host)
-    weights = pass_prior(train).tolist()
+    weights = [edit_weights(train)[p.flag] for p in PASSES]      # what `bpq ranker prior` writes
     held = load_ranker_data(args.eval).shas if args.eval else corpus.split(args.split)
     pick = sorted(s for s in held if sizes[s] <= args.search_max and splits.get(s) == args.split)
-    by_bucket = {}
-    for s in pick:
-        by_bucket.setdefault(size_bucket(sizes[s]), []).append(s)
-    per = max(1, args.searches // max(1, len(by_bucket)))
-    chosen = [s for b in BUCKETS for s in by_bucket.get(b, [])[:per]]
+    chosen = common.even_by_bucket(pick, sizes, args.searches)
     sides = {BEFORE: (False, None), "gaining vocabulary": (True, None), "pass prior": (False, weights),
              "both (shipped)": None}
     target = Target.host()
