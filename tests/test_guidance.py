@@ -472,6 +472,7 @@ def test_optimize_auto_searches_in_the_mode_it_writes_and_writes_what_it_prints(
         figures = re.findall(r"^  (\w+) mode[^:]*: -Oz gives (\d+); the recommended pipeline (\d+)", done.stdout,
                              re.M)
         assert len(figures) == 1 and figures[0][:2] == (mode, str(oz[mode])), done.stdout   # one figure, labelled
+        assert len(re.findall(r"\b(?:target|measure) mode", done.stdout)) == 1, done.stdout   # and named once
         written = bpq.load_module(out).instruction_count
         after = int(re.search(r"-> (\d+) instructions", done.stdout).group(1))
         assert written == after == int(figures[0][2]) <= oz[mode]

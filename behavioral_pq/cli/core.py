@@ -180,7 +180,9 @@ def cmd_optimize(args) -> int:
         print_json(record)
         return 0
     change = 100.0 * (after - before) / before if before else 0.0
-    print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%; {where})")
+    # a search's figure line below names the mode; the first line names it only when there is none
+    print(f"{module.name}: {before} -> {after} instructions ({change:+.1f}%"
+          + (")" if found is not None else f"; {where})"))
     if found is not None:
         how = (f"found by {found.method} in {found.compilations} of {found.budget} compilations "
                f"({found.seconds:.2f} s)")
