@@ -19,9 +19,9 @@ chosen by inner cross-validation, and a k-NN regression (k=5, standardized, Eucl
 (``estimators.knn_top1``). Where the heads learn and are scored (``--score-split``): ``cv`` (the default, to
 choose on) scores each train and valid project with heads fitted on the other train and valid projects, test
 unread; ``valid`` fits on train and scores valid; ``test`` fits on train and valid and scores test (read once,
-after choosing). MAE and Top-1 over all the scored modules, and by size bucket as
-well. ``--mlp-seeds`` adds, on test, the MLP head the shipped -Oz predictor has (``bpq train oz``: fitted on
-train, stopped early on valid). Writes ``embedding-parts-<split>.json`` in --out (default bench/encoder/results) and prints Markdown tables.
+after choosing). MAE and Top-1 over all the scored modules, and by size bucket as well. ``--mlp-seeds`` adds,
+on test, the MLP head the shipped -Oz predictor has (``bpq train oz``: fitted on train, stopped early on valid).
+Writes ``embedding-parts-<split>.json`` in --out (default bench/encoder/results) and prints Markdown tables.
 """
 
 import argparse
@@ -37,14 +37,16 @@ import common  # noqa: E402
 def fixed_parts(items, encoder) -> dict:
     """The candidates that need no fitting: name -> float64 (N, D)."""
     from behavioral_pq.reports.downstream import baseline_representations
+    from behavioral_pq.tasks.guidance.behavior import count_tail
 
-    rows = encoder.reaction_rows(items.spectra, items.autophase)                              # (N, P', 56)
-    mean = encoder.with_pooling("mean").embed_spectra(items.spectra, items.autophase, 256)    # (N, H)
-    tail = encoder.with_pooling("mean+changes").readout(rows)                                 # (N, 8 P')
-    shipped = encoder.embed_spectra(items.spectra, items.autophase, 256)
+    shipped = encoder.embed_spectra(items.spectra, items.autophase, 256)                      # (N, D)
+    hidden = encoder.model.config.hidden_size
+    mean = (shipped[:, :hidden] if encoder.model_pooling == "mean"                             # (N, H)
+            else encoder.with_pooling("mean").embed_spectra(items.spectra, items.autophase, 256))
     baselines = baseline_representations(items)
-    reps = {"raw spectrum": baselines["raw-spectrum"], "autophase": baselines["autophase"], "count tail": tail,
-            "encoder mean": mean, f"shipped ({encoder.pooling})": shipped}
+    reps = {"raw spectrum": baselines["raw-spectrum"], "autophase": baselines["autophase"],
+            "count tail": count_tail(encoder, items.spectra, items.autophase), "encoder mean": mean,
+            f"shipped ({encoder.pooling})": shipped}
     return {name: np.asarray(v, np.float64) for name, v in reps.items()}
 
 
@@ -60,15 +62,6 @@ def with_components(parts: dict, fit: np.ndarray, sizes) -> dict:
     return out
 
 
-def projects_of(store) -> dict:
-    """Module hash -> the project (``project:NAME`` origin) or origin it was built from."""
-    from behavioral_pq.corpus import Corpus
-
-    table = Corpus(store).store.read("inputs", ["origin", "status", "sha256"]).to_pydict()
-    return {sha: origin.removeprefix("project:") for origin, status, sha in
-            zip(table["origin"], table["status"], table["sha256"]) if status == "ok"}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store")
@@ -81,6 +74,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=common.results_dir(__file__))
     args = parser.parse_args()
 
+    from behavioral_pq.corpus import Corpus
     from behavioral_pq.corpus.buckets import BUCKET_NAMES, size_buckets
     from behavioral_pq.embedding.encoder import load_encoder
     from behavioral_pq.tasks.datasets import module_items
@@ -88,11 +82,11 @@ def main() -> int:
     from behavioral_pq.tasks.guidance.behavior import probe_representations
 
     encoder = load_encoder(args.checkpoint)
-    project_of = projects_of(args.store)
+    group_of = Corpus(args.store).split_groups()      # a project's units and programs are one group
     splits = {"valid": ("train", "valid"), "test": ("train", "valid", "test"), "cv": ("train", "valid")}
     items = module_items(args.store, encoder.probe_set, splits=splits[args.score_split])
     split_of = np.array(items.splits)
-    project = np.array([project_of.get(s, "?") for s in items.ids])
+    project = np.array([group_of[s].rsplit(":", 1)[-1] for s in items.ids])
     if args.score_split == "cv":      # each train or valid project scored by heads fitted on the others
         folds = [(project != name, project == name) for name in sorted(set(project))]
     else:
